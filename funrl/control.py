@@ -1,0 +1,133 @@
+"""Loops for compiled code: ``scan`` with a compiled path and a plain-loop path that agree.
+
+``torch.compile`` of a Python loop unrolls it: a 128-step rollout takes about 90 s to compile on a
+2-core CPU. ``torch._higher_order_ops.scan`` keeps the loop as one node (about 4 s to compile) but
+is a prototype API, so everything in funrl loops through :func:`scan`, which picks the
+higher-order op only while ``torch.compile`` is tracing and a plain Python loop otherwise. Both
+paths compute the same function; ``tests/test_control.py`` checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as torch_pytree
+
+__all__ = ["scan", "fori_loop", "is_compiling"]
+
+Carry = Any
+Tree = Any
+
+
+def is_compiling() -> bool:
+    """True while ``torch.compile`` (dynamo) is tracing the calling code."""
+    return torch.compiler.is_compiling()
+
+
+def _scan_loop(
+    f: Callable[[Carry, Tree], tuple[Carry, Tree]],
+    init: Carry,
+    xs: Tree,
+    length: int,
+    reverse: bool,
+) -> tuple[Carry, Tree]:
+    carry = init
+    ys = []
+    steps = range(length - 1, -1, -1) if reverse else range(length)
+    for t in steps:
+        x = torch_pytree.tree_map(lambda leaf, t=t: leaf[t], xs)
+        carry, y = f(carry, x)
+        ys.append(y)
+    if reverse:
+        ys.reverse()
+    if not ys:
+        raise ValueError("length: expected at least one step")
+    stacked = torch_pytree.tree_map(lambda *leaves: torch.stack(leaves), *ys)
+    return carry, stacked
+
+
+def _scan_hop(
+    f: Callable[[Carry, Tree], tuple[Carry, Tree]],
+    init: Carry,
+    xs: Tree,
+    reverse: bool,
+) -> tuple[Carry, Tree]:
+    from torch._higher_order_ops.scan import scan as scan_hop
+
+    def body(carry: Carry, x: Tree) -> tuple[Carry, Tree]:
+        new_carry, y = f(carry, x)
+        # The op forbids outputs aliasing inputs or each other; clones are free after fusion.
+        new_carry = torch_pytree.tree_map(torch.clone, new_carry)
+        y = torch_pytree.tree_map(torch.clone, y)
+        return new_carry, y
+
+    return scan_hop(body, init, xs, reverse=reverse)
+
+
+def scan(
+    f: Callable[[Carry, Tree], tuple[Carry, Tree]],
+    init: Carry,
+    xs: Tree | None = None,
+    length: int | None = None,
+    reverse: bool = False,
+    use_hop: bool | None = None,
+) -> tuple[Carry, Tree]:
+    """``jax.lax.scan`` for torch: ``carry, y_t = f(carry, xs[t])`` for each t; ys stacked on dim 0.
+
+    Args:
+        f: pure step function ``(carry, x) -> (carry, y)``; carry keeps its structure, shapes
+            and dtypes across steps.
+        init: initial carry (a pytree of tensors).
+        xs: pytree of tensors scanned along dim 0, or ``None`` to scan ``length`` steps over
+            the step index (an int64 scalar tensor).
+        length: number of steps when ``xs`` is ``None``.
+        reverse: scan from the last index to the first (outputs stay in index order).
+        use_hop: force the higher-order op (``True``) or the Python loop (``False``); by default
+            the op is used exactly when ``torch.compile`` is tracing.
+
+    Returns:
+        ``(final_carry, ys)`` with every leaf of ``ys`` stacked along a new leading dimension.
+    """
+    if xs is None:
+        if length is None or length < 1:
+            raise ValueError(f"length: expected a positive int when xs is None, got {length!r}")
+        device = next(
+            (x.device for x in torch_pytree.tree_leaves(init) if isinstance(x, torch.Tensor)),
+            torch.device("cpu"),
+        )
+        xs = torch.arange(length, device=device)
+    else:
+        sizes = {leaf.shape[0] for leaf in torch_pytree.tree_leaves(xs)}
+        if len(sizes) != 1:
+            raise ValueError(f"xs: expected leaves sharing their leading dimension, got {sizes}")
+        (n,) = sizes
+        if length is not None and length != n:
+            raise ValueError(f"length: expected {n} (the leading dimension of xs), got {length}")
+        length = n
+    hop = is_compiling() if use_hop is None else use_hop
+    if hop:
+        return _scan_hop(f, init, xs, reverse)
+    return _scan_loop(f, init, xs, length, reverse)
+
+
+def fori_loop(
+    lower: int,
+    upper: int,
+    body: Callable[[torch.Tensor, Carry], Carry],
+    init: Carry,
+    use_hop: bool | None = None,
+) -> Carry:
+    """``carry = body(i, carry)`` for ``i`` in ``range(lower, upper)``; via :func:`scan`."""
+
+    def step(carry: Carry, i: torch.Tensor) -> tuple[Carry, torch.Tensor]:
+        return body(i, carry), i
+
+    first = next(
+        (x for x in torch_pytree.tree_leaves(init) if isinstance(x, torch.Tensor)), None
+    )
+    device = first.device if first is not None else torch.device("cpu")
+    steps = torch.arange(lower, upper, device=device)
+    carry, _ = scan(step, init, steps, use_hop=use_hop)
+    return carry

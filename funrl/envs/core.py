@@ -1,0 +1,206 @@
+"""The pure environment interface: single-environment functions, batched with ``vmap``.
+
+The shape is gymnax's (``gymnax/environments/environment.py``), with gymnasium's split of the end
+of an episode into ``terminated`` (the MDP reached a terminal state: do not bootstrap) and
+``truncated`` (the time limit in ``params`` ran out: bootstrap from ``info["final_obs"]``)::
+
+    env, params = funrl.envs.make("CartPole-v1")
+    obs, state = env.reset(key, params)
+    obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
+
+``step`` auto-resets: where the episode ended it returns the first observation and state of a
+new episode and keeps the last observation of the old one in ``info["final_obs"]``.
+``step_env`` and ``reset_env`` are the raw transition and reset that each environment defines.
+States are NamedTuples (with the episode time in them); params are frozen dataclasses
+whose fields may be floats or tensors (a tensor field can be vmapped: domain randomisation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import torch
+
+from funrl import random
+from funrl import tree as ftree
+
+__all__ = [
+    "Environment",
+    "EnvParams",
+    "Space",
+    "Discrete",
+    "Box",
+    "StepResult",
+]
+
+TState = TypeVar("TState")
+TParams = TypeVar("TParams")
+
+
+class StepResult(NamedTuple):
+    """What ``step`` returns, for code that prefers names to positions."""
+
+    obs: torch.Tensor
+    state: Any
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    info: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvParams:
+    """Base of environment parameters. ``max_steps_in_episode`` is the truncation limit."""
+
+    max_steps_in_episode: int = 1000
+
+
+class Space:
+    """Describes the shape, dtype and bounds of observations or actions."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def sample(self, key: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def contains(self, x: torch.Tensor) -> torch.Tensor:
+        """Elementwise-reduced membership test; a boolean scalar tensor (no host sync)."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Discrete(Space):
+    """Integers ``0 .. n-1`` (scalar, int64)."""
+
+    n: int
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.int64
+
+    def sample(self, key: torch.Tensor) -> torch.Tensor:
+        return random.randint(key, self.shape, 0, self.n)
+
+    def contains(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.as_tensor(x)
+        ok = (x >= 0) & (x < self.n) & (x == torch.floor(x) if x.dtype.is_floating_point else True)
+        return torch.as_tensor(ok).all()
+
+
+@dataclasses.dataclass(frozen=True)
+class Box(Space):
+    """A box ``[low, high]`` of the given shape; ``low``/``high`` are floats or nested tuples."""
+
+    low: float | tuple
+    high: float | tuple
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+
+    def low_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
+        return torch.as_tensor(self.low, dtype=self.dtype, device=device).expand(self.shape)
+
+    def high_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
+        return torch.as_tensor(self.high, dtype=self.dtype, device=device).expand(self.shape)
+
+    def sample(self, key: torch.Tensor) -> torch.Tensor:
+        low = self.low_tensor(key.device)
+        high = self.high_tensor(key.device)
+        if self.dtype.is_floating_point:
+            # Unbounded sides sample from a normal, as gymnasium's Box does.
+            finite_low = torch.isfinite(low)
+            finite_high = torch.isfinite(high)
+            k_u, k_n = random.split(key)
+            u = random.uniform(k_u, self.shape, self.dtype)
+            n = random.normal(k_n, self.shape, self.dtype)
+            bounded = low + u * (high - low)
+            return torch.where(
+                finite_low & finite_high,
+                bounded,
+                torch.where(finite_low, low + n.abs(), torch.where(finite_high, high - n.abs(), n)),
+            )
+        return random.randint(key, self.shape, low.to(torch.int64), high.to(torch.int64) + 1).to(
+            self.dtype
+        )
+
+    def contains(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.as_tensor(x)
+        low = self.low_tensor(x.device)
+        high = self.high_tensor(x.device)
+        return ((x >= low) & (x <= high)).all()
+
+
+def _where_tree(done: torch.Tensor, if_done: Any, if_not: Any) -> Any:
+    def select(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        d = done.reshape(done.shape + (1,) * (a.dim() - done.dim()))
+        return torch.where(d, a, b)
+
+    return ftree.map(select, if_done, if_not)
+
+
+class Environment(Generic[TState, TParams]):
+    """Base class of pure environments. Subclasses define ``default_params``, ``reset_env``,
+    ``step_env``, ``observation_space`` and ``action_space``; nothing here holds state."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def default_params(self) -> TParams:
+        raise NotImplementedError
+
+    def reset_env(self, key: torch.Tensor, params: TParams) -> tuple[torch.Tensor, TState]:
+        raise NotImplementedError
+
+    def step_env(
+        self, key: torch.Tensor, state: TState, action: torch.Tensor, params: TParams
+    ) -> tuple[torch.Tensor, TState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+    def observation_space(self, params: TParams | None = None) -> Space:
+        raise NotImplementedError
+
+    def action_space(self, params: TParams | None = None) -> Space:
+        raise NotImplementedError
+
+    def reset(
+        self, key: torch.Tensor, params: TParams | None = None
+    ) -> tuple[torch.Tensor, TState]:
+        """First observation and state of an episode."""
+        params = self.default_params if params is None else params
+        return self.reset_env(key, params)
+
+    def step(
+        self,
+        key: torch.Tensor,
+        state: TState,
+        action: torch.Tensor,
+        params: TParams | None = None,
+    ) -> tuple[torch.Tensor, TState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """One transition with auto-reset; ``info["final_obs"]`` is the pre-reset observation."""
+        params = self.default_params if params is None else params
+        key_step, key_reset = random.split(key)
+        obs_step, state_step, reward, terminated, truncated, info = self.step_env(
+            key_step, state, action, params
+        )
+        obs_reset, state_reset = self.reset_env(key_reset, params)
+        done = terminated | truncated
+        state = _where_tree(done, state_reset, state_step)
+        obs = _where_tree(done, obs_reset, obs_step)
+        info = dict(info)
+        info["final_obs"] = obs_step
+        return obs, state, reward, terminated, truncated, info
+
+    def __repr__(self) -> str:
+        return f"{self.name}()"
+
+
+def time_limit_reached(time: torch.Tensor, params: EnvParams) -> torch.Tensor:
+    """``time >= params.max_steps_in_episode``, as gymnasium's ``TimeLimit`` truncates."""
+    return time >= params.max_steps_in_episode
+
+
+def angle_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Wrap an angle to ``[-pi, pi)``, as gymnasium's Pendulum does."""
+    return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
