@@ -227,7 +227,8 @@ def normal(key: Key, shape: Shape = (), dtype: torch.dtype = torch.float32) -> t
     _check_key(key)
     _check_float_dtype(dtype)
     shape = _as_shape(shape)
-    lo = math.nextafter(-1.0, math.inf) if dtype == torch.float64 else -1.0 + 2.0**-23
+    # The float just above -1 (JAX's nextafter(-1, 0)): spacing below 1 is half of eps.
+    lo = -1.0 + torch.finfo(dtype).eps / 2
     u = uniform(key, shape, dtype, lo, 1.0)
     return math.sqrt(2.0) * torch.erfinv(u)
 
@@ -250,8 +251,11 @@ def truncated_normal(
     b = torch.erf(upper / sqrt2)
     u = uniform(key, shape, dtype, a, b)
     out = sqrt2 * torch.erfinv(u)
-    eps = torch.finfo(dtype).eps
-    return torch.clamp(out, lower + eps * lower.abs(), upper - eps * upper.abs())
+    # Clamp into the open interval: rounding in erfinv may land on (or past) a bound. nextafter,
+    # not a relative eps, so infinite bounds stay finite-safe (inf * eps would give nan).
+    inside_lower = torch.nextafter(lower, torch.full_like(lower, math.inf))
+    inside_upper = torch.nextafter(upper, torch.full_like(upper, -math.inf))
+    return torch.clamp(out, inside_lower, inside_upper)
 
 
 def randint(
