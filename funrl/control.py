@@ -124,9 +124,7 @@ def fori_loop(
     def step(carry: Carry, i: torch.Tensor) -> tuple[Carry, torch.Tensor]:
         return body(i, carry), i
 
-    first = next(
-        (x for x in torch_pytree.tree_leaves(init) if isinstance(x, torch.Tensor)), None
-    )
+    first = next((x for x in torch_pytree.tree_leaves(init) if isinstance(x, torch.Tensor)), None)
     device = first.device if first is not None else torch.device("cpu")
     steps = torch.arange(lower, upper, device=device)
     carry, _ = scan(step, init, steps, use_hop=use_hop)

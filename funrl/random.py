@@ -64,15 +64,13 @@ def _as_shape(shape: Shape, name: str = "shape") -> tuple[int, ...]:
 def _check_key(k: Key, name: str = "key") -> None:
     if not isinstance(k, torch.Tensor):
         raise TypeError(
-            f"{name}: expected a key tensor (int64, shape [2]) from funrl.random.key, "
-            f"got {type(k).__name__}"
+            f"{name}: expected a key tensor (int64, shape [2]) from funrl.random.key, got {type(k).__name__}"
         )
     if k.dtype != torch.int64:
         raise TypeError(f"{name}: expected dtype torch.int64, got {k.dtype}")
     if k.shape != (2,):
         raise ValueError(
-            f"{name}: expected shape [2] (a single key; vmap over a batch of keys), "
-            f"got {list(k.shape)}"
+            f"{name}: expected shape [2] (a single key; vmap over a batch of keys), got {list(k.shape)}"
         )
 
 
@@ -109,7 +107,10 @@ def threefry2x32(
 
 
 def key(seed: int | torch.Tensor) -> Key:
-    """A key from an integer seed, laid out as ``jax.random.PRNGKey(seed)``: ``[seed >> 32, seed & 0xFFFFFFFF]``.
+    """A key from an integer seed: ``[seed >> 32, seed & 0xFFFFFFFF]`` (64-bit two's complement).
+
+    Equal to ``jax.random.PRNGKey(seed)`` with ``jax_enable_x64``; without it JAX keeps only the
+    low 32 bits of a seed, so the two agree for seeds in ``[0, 2**31)``.
 
     A tensor seed (int64, any shape) gives keys of shape ``[*seed.shape, 2]``.
     """
@@ -159,9 +160,7 @@ def fold_in(key: Key, data: int | torch.Tensor) -> Key:
         if data.dtype.is_floating_point or data.dtype == torch.bool or data.dtype.is_complex:
             raise TypeError(f"data: expected an integer tensor, got dtype {data.dtype}")
         if data.dim() != 0:
-            raise ValueError(
-                f"data: expected a scalar (vmap for a batch), got shape {list(data.shape)}"
-            )
+            raise ValueError(f"data: expected a scalar (vmap for a batch), got shape {list(data.shape)}")
         d = data.to(device=key.device, dtype=torch.int64) & _MASK32
     elif isinstance(data, int) and not isinstance(data, bool):
         d = torch.tensor(data & _MASK32, dtype=torch.int64, device=key.device)
@@ -210,8 +209,11 @@ def uniform(
     minval: float | torch.Tensor = 0.0,
     maxval: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """Uniform samples in ``[minval, maxval)``; equal to ``jax.random.uniform`` for float32/float64.
+    """Uniform samples in ``[minval, maxval)``, as ``jax.random.uniform`` draws them.
 
+    For float32/float64 the unit floats in ``[0, 1)`` are bit-identical to JAX's. Scaling by
+    ``u * (maxval - minval) + minval`` rounds twice here, while XLA fuses it into one
+    multiply-add, so for other bounds a value may differ from JAX's by one ulp.
     ``minval`` and ``maxval`` may be tensors broadcastable to ``shape``.
     """
     _check_key(key)
@@ -307,9 +309,7 @@ def exponential(key: Key, shape: Shape = (), dtype: torch.dtype = torch.float32)
     return -torch.log1p(-uniform(key, shape, dtype))
 
 
-def categorical(
-    key: Key, logits: torch.Tensor, dim: int = -1, shape: Shape | None = None
-) -> torch.Tensor:
+def categorical(key: Key, logits: torch.Tensor, dim: int = -1, shape: Shape | None = None) -> torch.Tensor:
     """Indices drawn from ``softmax(logits)`` along ``dim`` by the Gumbel-max trick, int64.
 
     The output has ``logits``' shape without ``dim``; ``shape`` may prepend sample dimensions.
@@ -317,8 +317,7 @@ def categorical(
     _check_key(key)
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
         raise TypeError(
-            "logits: expected a floating tensor, got "
-            f"{getattr(logits, 'dtype', type(logits).__name__)}"
+            f"logits: expected a floating tensor, got {getattr(logits, 'dtype', type(logits).__name__)}"
         )
     if logits.dim() == 0:
         raise ValueError("logits: expected at least one dimension (the categories), got a scalar")
@@ -362,9 +361,7 @@ def choice(
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n: expected a positive int, got {n!r}")
     if not replace and count > n:
-        raise ValueError(
-            f"shape: cannot draw {count} items without replacement from n={n}"
-        )
+        raise ValueError(f"shape: cannot draw {count} items without replacement from n={n}")
     if p is not None:
         if not isinstance(p, torch.Tensor) or p.shape != (n,):
             got = list(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__

@@ -92,9 +92,7 @@ def _check_tensor_leaves(tree: Tree, name: str) -> list[torch.Tensor]:
     out = leaves(tree)
     for path, leaf in zip(optree.tree_paths(tree, namespace=_NAMESPACE), out, strict=True):
         if not isinstance(leaf, torch.Tensor):
-            raise TypeError(
-                f"{name}: expected tensor leaves, got {type(leaf).__name__} at path {path}"
-            )
+            raise TypeError(f"{name}: expected tensor leaves, got {type(leaf).__name__} at path {path}")
     return out
 
 
