@@ -1,0 +1,279 @@
+"""Action distributions as pure functions of their parameters (as ``distrax`` / ``rlax`` use them).
+
+Each distribution is a namespace of pure functions taking its parameters as tensors:
+
+    sample(key, *params) -> value
+    log_prob(*params, value) -> log-density
+    entropy(*params) -> entropy
+    mode(*params) -> the most likely value
+    sample_and_log_prob(key, *params) -> (value, log_prob)
+
+=================  ================  ==========================================================
+namespace          params            event
+=================  ================  ==========================================================
+``categorical``    ``(logits,)``     scalar index; logits ``[..., K]``, values int64 ``[...]``
+``normal``         ``(loc, scale)``  the last dim: a diagonal Gaussian over ``[..., D]``
+``tanh_normal``    ``(loc, scale)``  the last dim: ``tanh`` of a diagonal Gaussian, in ``(-1, 1)``
+``deterministic``  ``(loc,)``        the last dim: a point mass at ``loc``
+=================  ================  ==========================================================
+
+**Event dim.** ``normal``, ``tanh_normal`` and ``deterministic`` treat the last dimension as the
+action vector: ``log_prob`` and ``entropy`` are summed over it and have shape ``[...]`` (as
+``Independent(Normal(loc, scale), 1)``; what PPO/SAC use for a continuous action). For per-element
+densities of a scalar Gaussian, add a trailing dimension of size 1.
+
+Samples come from explicit keys through :mod:`funrl.random` (Gumbel-max for ``categorical``,
+reparameterised ``loc + scale * eps`` for the Gaussians, so gradients flow through samples).
+No checks here read tensor values (no host sync): parameters are trusted to be valid
+(``scale > 0``, finite logits or ``-inf`` for masked actions).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from funrl import random
+
+__all__ = [
+    "categorical",
+    "normal",
+    "tanh_normal",
+    "deterministic",
+    "Categorical",
+    "Normal",
+    "TanhNormal",
+    "Deterministic",
+]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
+
+
+def _check_float(x: torch.Tensor, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a floating tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name}: expected a floating dtype, got {x.dtype}")
+
+
+def _check_event(x: torch.Tensor, name: str) -> None:
+    if x.dim() == 0:
+        raise ValueError(f"{name}: expected at least one dimension (the event dim, last), got a scalar")
+
+
+def _broadcast(a: torch.Tensor, b: torch.Tensor, names: str) -> torch.Size:
+    try:
+        return torch.broadcast_shapes(a.shape, b.shape)
+    except RuntimeError:
+        raise ValueError(f"{names}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+
+
+class Categorical:
+    """A categorical distribution over ``K`` classes given unnormalised ``logits [..., K]``."""
+
+    @staticmethod
+    def _check(logits: torch.Tensor) -> None:
+        _check_float(logits, "logits")
+        if logits.dim() == 0:
+            raise ValueError("logits: expected shape [..., K], got a scalar")
+
+    @staticmethod
+    def sample(key: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """An index per batch element, int64 ``[...]`` (Gumbel-max)."""
+        Categorical._check(logits)
+        return random.categorical(key, logits)
+
+    @staticmethod
+    def log_prob(logits: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``log softmax(logits)[value]``; ``value`` int ``[...]`` broadcast against ``logits[..., 0]``."""
+        Categorical._check(logits)
+        if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point or value.dtype == torch.bool:
+            got = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+            raise TypeError(f"value: expected an integer tensor of class indices, got {got}")
+        batch = _broadcast(value, logits[..., 0], "value, logits")
+        log_p = torch.log_softmax(logits, dim=-1).expand(*batch, logits.shape[-1])
+        return log_p.gather(-1, value.expand(batch).unsqueeze(-1).long()).squeeze(-1)
+
+    @staticmethod
+    def entropy(logits: torch.Tensor) -> torch.Tensor:
+        """``-sum p log p`` over the classes, ``[...]``; classes with ``-inf`` logits contribute 0."""
+        Categorical._check(logits)
+        log_p = torch.log_softmax(logits, dim=-1)
+        p = log_p.exp()
+        return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(-1)
+
+    @staticmethod
+    def mode(logits: torch.Tensor) -> torch.Tensor:
+        """The most likely class, int64 ``[...]`` (the first on ties)."""
+        Categorical._check(logits)
+        return torch.argmax(logits, dim=-1)
+
+    @staticmethod
+    def sample_and_log_prob(key: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        value = Categorical.sample(key, logits)
+        return value, Categorical.log_prob(logits, value)
+
+
+class Normal:
+    """A diagonal Gaussian over the last dim: ``loc, scale [..., D]`` (broadcastable)."""
+
+    @staticmethod
+    def _check(loc: torch.Tensor, scale: torch.Tensor) -> torch.Size:
+        _check_float(loc, "loc")
+        _check_float(scale, "scale")
+        shape = _broadcast(loc, scale, "loc, scale")
+        if len(shape) == 0:
+            raise ValueError("loc, scale: expected at least one dimension (the event dim, last), got scalars")
+        return shape
+
+    @staticmethod
+    def sample(key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``loc + scale * eps``, ``eps ~ N(0, I)``: ``[..., D]``, differentiable in ``loc, scale``."""
+        shape = Normal._check(loc, scale)
+        return loc + scale * random.normal(key, shape, loc.dtype)
+
+    @staticmethod
+    def log_prob(loc: torch.Tensor, scale: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``sum_d log N(value_d; loc_d, scale_d^2)``: ``[...]``."""
+        Normal._check(loc, scale)
+        _check_float(value, "value")
+        _check_event(value, "value")
+        z = (value - loc) / scale
+        return (-0.5 * z.square() - torch.log(scale) - _HALF_LOG_2PI).sum(-1)
+
+    @staticmethod
+    def entropy(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``sum_d (1/2 + log(sqrt(2 pi) scale_d))``: ``[...]``."""
+        shape = Normal._check(loc, scale)
+        return (0.5 + _HALF_LOG_2PI + torch.log(scale)).expand(shape).sum(-1)
+
+    @staticmethod
+    def mode(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        shape = Normal._check(loc, scale)
+        return loc.expand(shape)
+
+    @staticmethod
+    def sample_and_log_prob(
+        key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = Normal._check(loc, scale)
+        eps = random.normal(key, shape, loc.dtype)
+        log_prob = (-0.5 * eps.square() - torch.log(scale) - _HALF_LOG_2PI).sum(-1)
+        return loc + scale * eps, log_prob
+
+
+def _log_abs_det_tanh(u: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(u)^2)`` computed stably as ``2 (log 2 - u - softplus(-2u))``."""
+    return 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
+
+
+# Gauss-Hermite rule for E[f(u)], u ~ N(m, s^2): sum_i w_i f(m + sqrt(2) s x_i) / sqrt(pi).
+_GH_POINTS = 64
+_GH_NODES, _GH_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.hermite.hermgauss(_GH_POINTS))
+
+
+class TanhNormal:
+    """``tanh(u)`` with ``u`` a diagonal Gaussian ``N(loc, scale^2)`` over the last dim (SAC's policy).
+
+    ``log_prob(a) = sum_d [log N(atanh a_d; loc_d, scale_d) - log(1 - a_d^2)]``, the change of variables
+    of ``TransformedDistribution(Independent(Normal), TanhTransform)``. Near ``|a| = 1`` the inverse
+    ``atanh`` loses precision (``value`` is clamped to ``1 - eps`` of its dtype), so use
+    :meth:`sample_and_log_prob`, which works from the pre-tanh sample, for samples you drew.
+
+    ``mode`` is ``tanh(loc)`` (the image of the Gaussian's mode, as SAC evaluates; not the exact
+    density maximum, which moves inwards for large ``scale``).
+
+    ``entropy`` has no closed form. It is computed as ``H = sum_d [H(N(loc_d, scale_d)) +
+    E log(1 - tanh(u_d)^2)]`` (exact, by independence across dims), with each 1-D expectation taken by
+    64-point Gauss-Hermite quadrature: deterministic, differentiable, no key. The integrand is smooth
+    on the scale of 1, so the rule is accurate to better than 1e-5 nats per dim for ``scale <= 2`` and
+    degrades slowly beyond (about 1e-3 at ``scale = 10``); tests check it against dense numerical
+    integration.
+    """
+
+    @staticmethod
+    def sample(key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``tanh(loc + scale * eps)``: ``[..., D]`` in ``[-1, 1]``, reparameterised."""
+        return torch.tanh(Normal.sample(key, loc, scale))
+
+    @staticmethod
+    def log_prob(loc: torch.Tensor, scale: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        Normal._check(loc, scale)
+        _check_float(value, "value")
+        _check_event(value, "value")
+        limit = 1.0 - torch.finfo(value.dtype).eps
+        u = torch.atanh(value.clamp(-limit, limit))
+        return Normal.log_prob(loc, scale, u) - _log_abs_det_tanh(u).sum(-1)
+
+    @staticmethod
+    def entropy(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """Gaussian entropy plus the expected log-Jacobian (Gauss-Hermite, see the class docstring)."""
+        shape = Normal._check(loc, scale)
+        loc, scale = loc.expand(shape), scale.expand(shape)
+        nodes = _GH_NODES.to(device=loc.device, dtype=loc.dtype)
+        weights = _GH_WEIGHTS.to(device=loc.device, dtype=loc.dtype) / math.sqrt(math.pi)
+        u = loc.unsqueeze(-1) + math.sqrt(2.0) * scale.unsqueeze(-1) * nodes
+        expected_log_det = (_log_abs_det_tanh(u) * weights).sum(-1)
+        return (0.5 + _HALF_LOG_2PI + torch.log(scale) + expected_log_det).sum(-1)
+
+    @staticmethod
+    def mode(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(Normal.mode(loc, scale))
+
+    @staticmethod
+    def sample_and_log_prob(
+        key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tanh(u), log_prob)``, the log-Jacobian taken at the pre-tanh ``u`` (stable at saturation)."""
+        u, gaussian_log_prob = Normal.sample_and_log_prob(key, loc, scale)
+        return torch.tanh(u), gaussian_log_prob - _log_abs_det_tanh(u).sum(-1)
+
+
+class Deterministic:
+    """A point mass at ``loc [..., D]`` (the last dim is the event): TD3/DDPG's policy."""
+
+    @staticmethod
+    def _check(loc: torch.Tensor) -> None:
+        _check_float(loc, "loc")
+        _check_event(loc, "loc")
+
+    @staticmethod
+    def sample(key: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        """``loc`` itself (the key is checked and unused, so the signature matches the others)."""
+        random._check_key(key)
+        Deterministic._check(loc)
+        return loc
+
+    @staticmethod
+    def log_prob(loc: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``0`` where ``value == loc`` over the whole event, ``-inf`` elsewhere: ``[...]``."""
+        Deterministic._check(loc)
+        _check_float(value, "value")
+        _check_event(value, "value")
+        _broadcast(loc, value, "loc, value")
+        equal = (value == loc).all(-1)
+        return torch.where(equal, 0.0, -math.inf).to(loc.dtype)
+
+    @staticmethod
+    def entropy(loc: torch.Tensor) -> torch.Tensor:
+        Deterministic._check(loc)
+        return torch.zeros_like(loc[..., 0])
+
+    @staticmethod
+    def mode(loc: torch.Tensor) -> torch.Tensor:
+        Deterministic._check(loc)
+        return loc
+
+    @staticmethod
+    def sample_and_log_prob(key: torch.Tensor, loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return Deterministic.sample(key, loc), torch.zeros_like(loc[..., 0])
+
+
+categorical = Categorical()
+normal = Normal()
+tanh_normal = TanhNormal()
+deterministic = Deterministic()
