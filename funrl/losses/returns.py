@@ -1,0 +1,410 @@
+"""Value estimators: discounted returns, TD error, n-step, TD(λ), GAE, V-trace, Retrace.
+
+All inputs are time-major ``[T, ...]`` (any batch dims after time). Two episode flags are kept
+apart, as in TorchRL's ``generalized_advantage_estimate``:
+
+* ``terminated[t]``: ``s'_t`` is terminal, so nothing is bootstrapped from it;
+* ``done[t] = terminated[t] | truncated[t]``: the episode ends at ``t`` and the trace is cut; a
+  truncated step still bootstraps from ``next_values[t]`` (the value of ``info["final_obs"]``).
+
+Every estimator takes ``next_values[t] = V(s'_t)`` explicitly instead of shifting ``values``:
+after an auto-reset ``values[t + 1]`` belongs to the *next* episode, and only the caller knows
+the value of the pre-reset observation. The last step of the window always bootstraps from
+``next_values[T - 1]``. Estimators return tensors that keep their autograd graph; losses detach
+their targets.
+
+``gamma`` and ``lmbda`` may be Python numbers (range-checked) or floating tensors that broadcast
+to the data (``[N]`` per environment, or a scalar under ``vmap`` over a hyper-parameter sweep).
+Flags must be ``torch.bool`` (see :mod:`funrl.losses._checks`).
+
+Formulation. TD(λ), GAE, discounted returns, V-trace and Retrace are all one first-order linear
+recurrence run backwards in time, ``x_t = a_t + b_t * x_{t+1}`` with ``x_T = 0``. A reverse
+Python loop over ``T`` is slow in eager (one kernel launch per step) and, unrolled, long to
+compile at ``T = 512``. Affine maps ``x -> a + b x`` compose associatively, so the recurrence is
+solved with a log-depth (Hillis–Steele) scan, :func:`reverse_linear_recurrence`: ``ceil(log2 T)``
+rounds of whole-tensor ``a_t += b_t * a_{t+d}; b_t *= b_{t+d}``. That is a few elementwise
+kernels per round (7 rounds at T=128, 10 at T=1024), compiles into a small graph in seconds, and
+is exact-ish: it only multiplies and adds, never divides, so the products of
+``gamma * lambda * (1 - done)`` can only underflow towards their true (tiny) value — unlike a
+cumulative-product-and-divide or a discount-matrix built from ``exp(cumsum(log b))``, which
+produce ``inf/inf`` or ``0/0`` after a ``done``. The alternatives were measured in
+``benchmarks/losses.py`` (see BENCHMARKS.md, "Losses and value estimators").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from funrl.losses._checks import (
+    check_bool,
+    check_floating,
+    check_min_dim,
+    check_nonnegative,
+    check_same_shape,
+    check_scalar_or_broadcastable,
+    check_unit_interval,
+)
+
+__all__ = [
+    "reverse_linear_recurrence",
+    "reverse_linear_recurrence_loop",
+    "td_error",
+    "discounted_returns",
+    "n_step_returns",
+    "lambda_returns",
+    "gae",
+    "vtrace",
+    "retrace",
+]
+
+Scalar = float | torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------
+# The recurrence x_t = a_t + b_t x_{t+1}
+# --------------------------------------------------------------------------------------------
+
+
+def reverse_linear_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Solve ``x_t = a_t + b_t * x_{t+1}`` backwards along dim 0 with ``x_T = 0``; log-depth.
+
+    Args:
+        a: ``[T, ...]`` offsets.
+        b: ``[T, ...]`` multipliers (same shape as ``a``).
+
+    Returns:
+        ``x``: ``[T, ...]``.
+
+    Element ``t`` holds the affine map ``x -> a_t + b_t x``. Round ``k`` composes each map with
+    the one ``d = 2^k`` steps later, ``(a_t, b_t) <- (a_t + b_t a_{t+d}, b_t b_{t+d})``; after
+    ``ceil(log2 T)`` rounds every map reaches past the end, where ``x_T = 0``, so ``x_t = a_t``.
+    Maps already reaching the end keep their values (their ``b`` would only multiply zero).
+    """
+    length = a.shape[0]
+    offset = 1
+    while offset < length:
+        head_a, head_b = a[:-offset], b[:-offset]
+        a = torch.cat([head_a + head_b * a[offset:], a[-offset:]])
+        b = torch.cat([head_b * b[offset:], b[-offset:]])
+        offset *= 2
+    return a
+
+
+def reverse_linear_recurrence_loop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The same recurrence as :func:`reverse_linear_recurrence`, as a plain reverse-time loop.
+
+    The readable definition; used as a reference in tests and as a benchmark baseline.
+    """
+    out = torch.empty_like(a)
+    carry = torch.zeros_like(a[0])
+    for t in range(a.shape[0] - 1, -1, -1):
+        carry = a[t] + b[t] * carry
+        out[t] = carry
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Validation (static: shapes, dtypes, Python numbers)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_time_major(floats: dict[str, torch.Tensor], flags: dict[str, torch.Tensor]) -> None:
+    (ref_name, ref), *_ = floats.items()
+    for name, x in floats.items():
+        check_floating(name, x)
+    check_min_dim(ref_name, ref, 1, "time-major [T, ...]")
+    if ref.shape[0] == 0:
+        raise ValueError(f"{ref_name}: expected at least one time step, got shape {tuple(ref.shape)}")
+    for name, x in flags.items():
+        check_bool(name, x)
+    check_same_shape(ref_name, ref, **{**floats, **flags})
+
+
+def _check_rate(name: str, value: Scalar, ref_name: str, ref: torch.Tensor) -> None:
+    check_unit_interval(name, value)
+    check_scalar_or_broadcastable(name, value, ref_name, ref)
+
+
+def _not(flag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (~flag).to(dtype)
+
+
+def _not_cut(done: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``1 - done`` with the last step forced to 0: the window's end cuts every trace."""
+    keep = _not(done, dtype)
+    return torch.cat([keep[:-1], torch.zeros_like(keep[-1:])])
+
+
+def _shift_back(x: torch.Tensor) -> torch.Tensor:
+    """``y_t = x_{t+1}``, zero at ``t = T - 1`` (always multiplied by a cut there)."""
+    return torch.cat([x[1:], torch.zeros_like(x[:1])])
+
+
+# --------------------------------------------------------------------------------------------
+# Estimators
+# --------------------------------------------------------------------------------------------
+
+
+def td_error(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: Scalar,
+) -> torch.Tensor:
+    """One-step TD error ``δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)`` (Sutton 1988).
+
+    Args:
+        rewards, values, next_values: ``[T, ...]`` floats.
+        terminated: ``[T, ...]`` bool.
+        gamma: discount in [0, 1].
+
+    Returns:
+        ``[T, ...]`` TD errors. Truncation does not matter for a single step.
+    """
+    _check_time_major(
+        {"rewards": rewards, "values": values, "next_values": next_values}, {"terminated": terminated}
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    return rewards + gamma * _not(terminated, rewards.dtype) * next_values - values
+
+
+def lambda_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar,
+) -> torch.Tensor:
+    """TD(λ) returns (Sutton & Barto 2018, eq. 12.18), recursively:
+
+    ``G_t = r_t + γ (1 - term_t) [(1 - λ) V(s'_t) + λ G_{t+1}]`` while the episode goes on, and
+    ``G_t = r_t + γ (1 - term_t) V(s'_t)`` where ``done_t`` (or ``t = T - 1``) cuts the trace.
+
+    Args:
+        rewards, next_values: ``[T, ...]`` floats; ``next_values[t] = V(s'_t)``.
+        terminated, truncated: ``[T, ...]`` bool.
+        gamma, lmbda: in [0, 1].
+
+    Returns:
+        ``[T, ...]`` λ-returns. ``λ = 1`` gives bootstrapped Monte-Carlo returns, ``λ = 0`` one-step
+        targets.
+    """
+    _check_time_major(
+        {"rewards": rewards, "next_values": next_values},
+        {"terminated": terminated, "truncated": truncated},
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    _check_rate("lmbda", lmbda, "rewards", rewards)
+    dtype = rewards.dtype
+    trace = gamma * lmbda * _not_cut(terminated | truncated, dtype)
+    offsets = rewards + gamma * _not(terminated, dtype) * next_values - trace * next_values
+    return reverse_linear_recurrence(offsets, trace)
+
+
+def discounted_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: Scalar,
+) -> torch.Tensor:
+    """Discounted returns ``G_t = r_t + γ (1 - term_t) G_{t+1}``, cut at episode ends.
+
+    A truncated step and the last step of the window bootstrap from ``next_values``; pass zeros
+    for a pure Monte-Carlo sum of the rewards seen. Equal to :func:`lambda_returns` at ``λ = 1``.
+
+    Args:
+        rewards, next_values: ``[T, ...]`` floats.
+        terminated, truncated: ``[T, ...]`` bool.
+        gamma: in [0, 1].
+
+    Returns:
+        ``[T, ...]`` returns.
+    """
+    return lambda_returns(rewards, next_values, terminated, truncated, gamma, 1.0)
+
+
+def n_step_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: Scalar,
+    n: int,
+) -> torch.Tensor:
+    """n-step bootstrapped returns (Sutton & Barto 2018, eq. 7.1):
+
+    ``G_t = r_t + γ r_{t+1} + ... + γ^{n-1} r_{t+n-1} + γ^n V(s'_{t+n-1})``, where the sum stops
+    early at an episode end (bootstrapping from ``next_values`` there unless terminated) or at the
+    window's end.
+
+    Args:
+        rewards, next_values: ``[T, ...]`` floats.
+        terminated, truncated: ``[T, ...]`` bool.
+        gamma: in [0, 1].
+        n: number of steps, ``n >= 1``. ``n >= T`` gives :func:`discounted_returns`.
+
+    Returns:
+        ``[T, ...]`` returns. Computed as ``min(n, T)`` whole-tensor rounds of
+        ``G^k_t = r_t + γ (1 - term_t) V(s'_t) + γ (1 - cut_t) (G^{k-1}_{t+1} - V(s'_t))``.
+    """
+    _check_time_major(
+        {"rewards": rewards, "next_values": next_values},
+        {"terminated": terminated, "truncated": truncated},
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    dtype = rewards.dtype
+    one_step = rewards + gamma * _not(terminated, dtype) * next_values
+    continuation = gamma * _not_cut(terminated | truncated, dtype)
+    returns = one_step
+    for _ in range(min(n, rewards.shape[0]) - 1):
+        returns = one_step + continuation * (_shift_back(returns) - next_values)
+    return returns
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 16).
+
+    ``A_t = δ_t + γ λ (1 - done_t) A_{t+1}`` with ``δ_t = r_t + γ (1 - term_t) V(s'_t) - V(s_t)``
+    and ``A_T = 0``.
+
+    Args:
+        rewards, values, next_values: ``[T, ...]`` floats; ``values[t] = V(s_t)``,
+            ``next_values[t] = V(s'_t)`` (the value of ``final_obs`` on a truncated step).
+        terminated, truncated: ``[T, ...]`` bool.
+        gamma, lmbda: in [0, 1]; floats or tensors broadcastable to ``rewards``.
+
+    Returns:
+        ``(advantages, returns)``, both ``[T, ...]``, with ``returns = advantages + values`` (the
+        λ-return targets for the critic).
+    """
+    _check_time_major(
+        {"rewards": rewards, "values": values, "next_values": next_values},
+        {"terminated": terminated, "truncated": truncated},
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    _check_rate("lmbda", lmbda, "rewards", rewards)
+    dtype = rewards.dtype
+    deltas = rewards + gamma * _not(terminated, dtype) * next_values - values
+    trace = gamma * lmbda * _not(terminated | truncated, dtype)
+    advantages = reverse_linear_recurrence(deltas, trace)
+    return advantages, advantages + values
+
+
+def vtrace(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    log_rhos: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_c_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, eq. 1 and 4).
+
+    With ``ρ_t = min(ρ̄, π/μ)``, ``c_t = λ min(c̄, π/μ)`` and ``δ_t = r_t + γ (1 - term_t) V(s'_t) - V(s_t)``:
+
+    ``v_t = V(s_t) + ρ_t δ_t + γ c_t (1 - done_t) (v_{t+1} - V(s_{t+1}))``,
+    ``A^pg_t = min(ρ̄_pg, π/μ) (r_t + γ (1 - term_t) v'_t - V(s_t))`` with ``v'_t = v_{t+1}``
+    inside an episode and ``V(s'_t)`` where the trace is cut (episode end or window end).
+
+    Args:
+        rewards, values, next_values: ``[T, ...]`` floats.
+        terminated, truncated: ``[T, ...]`` bool.
+        log_rhos: ``[T, ...]`` ``log π(a_t|s_t) - log μ(a_t|s_t)`` (target minus behaviour).
+        gamma, lmbda: in [0, 1].
+        clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: ``ρ̄``, ``c̄``, ``ρ̄_pg``
+            (>= 0; ``float("inf")`` disables a clip).
+
+    Returns:
+        ``(vs, pg_advantages)``, both ``[T, ...]``. With on-policy data (``log_rhos = 0``),
+        ``λ = 1`` and thresholds >= 1, ``vs`` equals :func:`lambda_returns` at ``λ = 1``.
+    """
+    _check_time_major(
+        {"rewards": rewards, "values": values, "next_values": next_values, "log_rhos": log_rhos},
+        {"terminated": terminated, "truncated": truncated},
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    _check_rate("lmbda", lmbda, "rewards", rewards)
+    for name, threshold in (
+        ("clip_rho_threshold", clip_rho_threshold),
+        ("clip_c_threshold", clip_c_threshold),
+        ("clip_pg_rho_threshold", clip_pg_rho_threshold),
+    ):
+        check_nonnegative(name, threshold)
+    dtype = rewards.dtype
+    rhos = torch.exp(log_rhos)
+    clipped_rhos = torch.clamp(rhos, max=clip_rho_threshold)
+    traces = lmbda * torch.clamp(rhos, max=clip_c_threshold)
+    not_terminated = _not(terminated, dtype)
+    deltas = clipped_rhos * (rewards + gamma * not_terminated * next_values - values)
+    vs_minus_values = reverse_linear_recurrence(deltas, gamma * traces * _not(terminated | truncated, dtype))
+    vs = vs_minus_values + values
+    not_cut = _not_cut(terminated | truncated, dtype)
+    next_vs = not_cut * _shift_back(vs) + (1.0 - not_cut) * next_values
+    pg_rhos = torch.clamp(rhos, max=clip_pg_rho_threshold)
+    pg_advantages = pg_rhos * (rewards + gamma * not_terminated * next_vs - values)
+    return vs, pg_advantages
+
+
+def retrace(
+    rewards: torch.Tensor,
+    q_taken: torch.Tensor,
+    next_expected_q: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    log_rhos: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar = 1.0,
+) -> torch.Tensor:
+    """Retrace(λ) targets for ``Q(s_t, a_t)`` (Munos et al. 2016, eq. 3), recursively:
+
+    ``G_t = r_t + γ (1 - term_t) E_π Q(s'_t, ·) + γ (1 - cut_t) c_{t+1} (G_{t+1} - Q(s_{t+1}, a_{t+1}))``
+    with ``c_t = λ min(1, π(a_t|s_t) / μ(a_t|s_t))`` and the trace cut at episode and window ends.
+
+    Args:
+        rewards: ``[T, ...]`` floats.
+        q_taken: ``[T, ...]`` ``Q(s_t, a_t)`` for the actions taken.
+        next_expected_q: ``[T, ...]`` ``Σ_a π(a|s'_t) Q(s'_t, a)`` (from ``final_obs`` on a
+            truncated step).
+        terminated, truncated: ``[T, ...]`` bool.
+        log_rhos: ``[T, ...]`` ``log π(a_t|s_t) - log μ(a_t|s_t)``.
+        gamma, lmbda: in [0, 1].
+
+    Returns:
+        ``[T, ...]`` Retrace targets (detach them before regressing ``Q`` onto them).
+    """
+    _check_time_major(
+        {
+            "rewards": rewards,
+            "q_taken": q_taken,
+            "next_expected_q": next_expected_q,
+            "log_rhos": log_rhos,
+        },
+        {"terminated": terminated, "truncated": truncated},
+    )
+    _check_rate("gamma", gamma, "rewards", rewards)
+    _check_rate("lmbda", lmbda, "rewards", rewards)
+    dtype = rewards.dtype
+    traces = lmbda * torch.clamp(torch.exp(log_rhos), max=1.0)
+    continuation = gamma * _not_cut(terminated | truncated, dtype) * _shift_back(traces)
+    offsets = (
+        rewards + gamma * _not(terminated, dtype) * next_expected_q - continuation * _shift_back(q_taken)
+    )
+    return reverse_linear_recurrence(offsets, continuation)
