@@ -1,0 +1,365 @@
+"""Continuous-control losses (DDPG, TD3, SAC, discrete SAC, REDQ, CrossQ): invariants and references.
+
+Reference values are written here from the papers' equations with explicit Python loops over
+critics and samples, independently of the vectorised implementation.
+"""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from funrl import random
+from funrl.losses import continuous as C
+
+seeds = st.integers(0, 2**16)
+ensemble_sizes = st.integers(1, 5)
+batch_sizes = st.integers(1, 17)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _transitions(seed: int, batch: int, ensemble: int = 2) -> dict:
+    g = _gen(seed)
+    return {
+        "q_values": torch.randn(ensemble, batch, generator=g, dtype=torch.float64),
+        "next_q_values": torch.randn(ensemble, batch, generator=g, dtype=torch.float64),
+        "reward": torch.randn(batch, generator=g, dtype=torch.float64),
+        "terminated": torch.rand(batch, generator=g) < 0.3,
+        "log_prob": torch.randn(batch, generator=g, dtype=torch.float64),
+        "next_log_prob": torch.randn(batch, generator=g, dtype=torch.float64),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Targets.
+
+
+@given(seed=seeds, batch=batch_sizes, gamma=st.floats(0.0, 1.0))
+def test_bellman_target_matches_per_sample_reference(seed, batch, gamma):
+    d = _transitions(seed, batch)
+    next_value = d["next_q_values"][0]
+    out = C.bellman_target(d["reward"], d["terminated"], next_value, gamma)
+    for b in range(batch):
+        bootstrap = 0.0 if d["terminated"][b] else gamma * next_value[b].item()
+        assert out[b].item() == pytest.approx(d["reward"][b].item() + bootstrap, rel=1e-12, abs=1e-12)
+
+
+@given(seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes, alpha=st.floats(0.0, 2.0))
+def test_soft_state_value_is_min_over_critics_minus_entropy_term(seed, batch, ensemble, alpha):
+    d = _transitions(seed, batch, ensemble)
+    out = C.soft_state_value(d["next_q_values"], d["next_log_prob"], alpha)
+    for b in range(batch):
+        min_q = min(d["next_q_values"][e, b].item() for e in range(ensemble))
+        expected = min_q - alpha * d["next_log_prob"][b].item()
+        assert out[b].item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ensemble critic loss (SAC / TD3 / DDPG).
+
+
+@given(seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes)
+def test_critic_loss_zero_when_every_critic_equals_target(seed, batch, ensemble):
+    target = torch.randn(batch, generator=_gen(seed))
+    for distance in C.DISTANCES:
+        loss, _ = C.sac_critic_loss(target.expand(ensemble, batch).clone(), target, distance)
+        assert loss.item() == 0.0
+
+
+@given(seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes)
+def test_critic_loss_matches_reference_sum_over_critics_mean_over_batch(seed, batch, ensemble):
+    d = _transitions(seed, batch, ensemble)
+    target = d["reward"]
+    for distance, fn in (
+        ("l2", lambda x: x * x),
+        ("l1", abs),
+        ("smooth_l1", lambda x: 0.5 * x * x if abs(x) < 1.0 else abs(x) - 0.5),
+    ):
+        loss, metrics = C.td3_critic_loss(d["q_values"], target, distance)
+        expected = sum(
+            fn(d["q_values"][e, b].item() - target[b].item()) for e in range(ensemble) for b in range(batch)
+        )
+        assert loss.item() == pytest.approx(expected / batch, rel=1e-10)
+        assert metrics["td_error_abs_max"].shape == (batch,)
+
+
+def test_critic_loss_treats_target_as_constant():
+    d = _transitions(0, 8)
+    q = d["q_values"].clone().requires_grad_(True)
+    target = d["reward"].clone().requires_grad_(True)
+    loss, _ = C.sac_critic_loss(q, target)
+    grad_q, grad_target = torch.autograd.grad(loss, (q, target), allow_unused=True)
+    assert grad_target is None
+    # d/dq_eb of mean_b sum_e (q_eb - y_b)^2 = 2 (q_eb - y_b) / B
+    torch.testing.assert_close(grad_q, 2.0 * (d["q_values"] - d["reward"]) / 8)
+
+
+@given(seed=seeds, batch=st.integers(2, 17))
+def test_critic_and_actor_losses_are_batch_order_invariant(seed, batch):
+    d = _transitions(seed, batch)
+    perm = torch.randperm(batch, generator=_gen(seed + 1))
+    loss, _ = C.sac_critic_loss(d["q_values"], d["reward"])
+    loss_perm, _ = C.sac_critic_loss(d["q_values"][:, perm], d["reward"][perm])
+    torch.testing.assert_close(loss, loss_perm, rtol=1e-12, atol=1e-12)
+    actor, _ = C.sac_actor_loss(d["q_values"], d["log_prob"], 0.2)
+    actor_perm, _ = C.sac_actor_loss(d["q_values"][:, perm], d["log_prob"][perm], 0.2)
+    torch.testing.assert_close(actor, actor_perm, rtol=1e-12, atol=1e-12)
+    temp, _ = C.sac_temperature_loss(torch.tensor(0.3, dtype=torch.float64), d["log_prob"], -2.0)
+    temp_perm, _ = C.sac_temperature_loss(torch.tensor(0.3, dtype=torch.float64), d["log_prob"][perm], -2.0)
+    torch.testing.assert_close(temp, temp_perm, rtol=1e-12, atol=1e-12)
+
+
+@given(seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes)
+def test_losses_have_finite_gradients_on_finite_input(seed, batch, ensemble):
+    d = _transitions(seed, batch, ensemble)
+    q = (d["q_values"] * 1e3).requires_grad_(True)
+    log_prob = (d["log_prob"] * 1e3).requires_grad_(True)
+    log_alpha = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    losses = [
+        C.sac_critic_loss(q, d["reward"])[0],
+        C.sac_critic_loss(q, d["reward"], "smooth_l1")[0],
+        C.sac_actor_loss(q, log_prob, log_alpha.exp())[0],
+        C.sac_temperature_loss(log_alpha, log_prob, -3.0)[0],
+        C.ddpg_actor_loss(q[0])[0],
+    ]
+    grads = torch.autograd.grad(sum(losses), (q, log_prob, log_alpha))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_vmap_over_seeds_of_critic_loss_equals_loop():
+    batches = [_transitions(s, 6) for s in range(4)]
+    q = torch.stack([b["q_values"] for b in batches])
+    y = torch.stack([b["reward"] for b in batches])
+    losses, metrics = torch.func.vmap(C.sac_critic_loss)(q, y)
+    for i in range(4):
+        loss, m = C.sac_critic_loss(q[i], y[i])
+        torch.testing.assert_close(losses[i], loss, rtol=0, atol=0)
+        torch.testing.assert_close(metrics["td_error_abs_max"][i], m["td_error_abs_max"], rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# SAC actor and temperature.
+
+
+@given(seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes, alpha=st.floats(0.0, 2.0))
+def test_sac_actor_loss_matches_reference(seed, batch, ensemble, alpha):
+    d = _transitions(seed, batch, ensemble)
+    loss, metrics = C.sac_actor_loss(d["q_values"], d["log_prob"], alpha)
+    expected = sum(
+        alpha * d["log_prob"][b].item() - min(d["q_values"][e, b].item() for e in range(ensemble))
+        for b in range(batch)
+    )
+    assert loss.item() == pytest.approx(expected / batch, rel=1e-10, abs=1e-12)
+    assert metrics["entropy"].item() == pytest.approx(-d["log_prob"].mean().item())
+
+
+def test_sac_actor_loss_does_not_train_alpha():
+    d = _transitions(1, 5)
+    log_alpha = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    log_prob = d["log_prob"].clone().requires_grad_(True)
+    loss, _ = C.sac_actor_loss(d["q_values"], log_prob, log_alpha.exp())
+    grad_alpha, grad_log_prob = torch.autograd.grad(loss, (log_alpha, log_prob), allow_unused=True)
+    assert grad_alpha is None
+    torch.testing.assert_close(grad_log_prob, torch.full_like(log_prob, math.exp(0.1) / 5))
+
+
+@given(seed=seeds, batch=batch_sizes, target_entropy=st.floats(-6.0, 6.0))
+def test_temperature_gradient_raises_alpha_when_entropy_below_target(seed, batch, target_entropy):
+    log_prob = torch.randn(batch, generator=_gen(seed), dtype=torch.float64)
+    log_alpha = torch.tensor(-0.7, dtype=torch.float64, requires_grad=True)
+    loss, metrics = C.sac_temperature_loss(log_alpha, log_prob, target_entropy)
+    (grad,) = torch.autograd.grad(loss, (log_alpha,))
+    entropy = -log_prob.mean().item()
+    # d loss / d log_alpha = -(mean log_prob + target_entropy) = entropy - target_entropy.
+    assert grad.item() == pytest.approx(entropy - target_entropy, rel=1e-10, abs=1e-12)
+    assert loss.item() == pytest.approx(0.7 * (-entropy + target_entropy), rel=1e-10, abs=1e-12)
+    assert metrics["alpha"].item() == pytest.approx(math.exp(-0.7))
+
+
+def test_sac_target_entropy_is_minus_action_dim():
+    assert C.sac_target_entropy(6) == -6.0
+    with pytest.raises(ValueError, match="action_dim"):
+        C.sac_target_entropy(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# TD3 target policy smoothing and DDPG actor.
+
+
+@given(
+    seed=seeds,
+    policy_noise=st.floats(0.0, 3.0),
+    noise_clip=st.floats(0.0, 1.0),
+    low=st.floats(-2.0, 0.0),
+    width=st.floats(0.0, 3.0),
+)
+def test_td3_smoothing_noise_is_clipped_and_actions_stay_in_bounds(
+    seed, policy_noise, noise_clip, low, width
+):
+    key = random.key(seed)
+    noise = C.td3_smoothing_noise(key, (64, 3), policy_noise, noise_clip)
+    assert noise.shape == (64, 3) and noise.dtype == torch.float32
+    assert noise.abs().max().item() <= float(torch.tensor(noise_clip))  # the clip in float32
+    next_action = 4.0 * torch.randn(64, 3, generator=_gen(seed))
+    # Bounds rounded to float32 first, so the comparison is exact in the actions' dtype.
+    low, high = float(torch.tensor(low)), float(torch.tensor(low + width))
+    action = C.smoothed_target_action(next_action, noise, low, high)
+    assert action.min().item() >= low and action.max().item() <= high
+    inside = (next_action + noise >= low) & (next_action + noise <= high)
+    torch.testing.assert_close(action[inside], (next_action + noise)[inside])
+
+
+def test_td3_smoothing_noise_is_pure_and_key_dependent():
+    a = C.td3_smoothing_noise(random.key(3), (128,), 0.2, 0.5)
+    b = C.td3_smoothing_noise(random.key(3), (128,), 0.2, 0.5)
+    c = C.td3_smoothing_noise(random.key(4), (128,), 0.2, 0.5)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(a, c)
+    # Unclipped part is N(0, 0.2^2): with clip 0.5 (2.5 sigma) about 1.2% of samples are clipped.
+    big = C.td3_smoothing_noise(random.key(5), (20000,), 0.2, 0.5)
+    assert abs(big.std().item() - 0.2) < 0.01
+    assert 0.005 < (big.abs() == 0.5).float().mean().item() < 0.025
+
+
+def test_td3_target_uses_clipped_double_q():
+    d = _transitions(2, 9)
+    target = C.bellman_target(d["reward"], d["terminated"], d["next_q_values"].min(0).values, 0.99)
+    # Planted bug: averaging the critics instead of the minimum gives a different (higher) target.
+    wrong = C.bellman_target(d["reward"], d["terminated"], d["next_q_values"].mean(0), 0.99)
+    assert (target <= wrong + 1e-12).all() and not torch.allclose(target, wrong)
+
+
+def test_ddpg_actor_loss_is_negative_mean_q():
+    q = torch.tensor([1.0, -2.0, 4.0])
+    loss, metrics = C.td3_actor_loss(q)
+    assert loss.item() == pytest.approx(-1.0)
+    assert metrics["q_actor_mean"].item() == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input.
+
+
+def test_bad_inputs_raise_value_errors_naming_the_argument():
+    d = _transitions(0, 4)
+    with pytest.raises(ValueError, match="terminated"):
+        C.bellman_target(d["reward"], d["terminated"].double(), d["reward"], 0.9)
+    with pytest.raises(ValueError, match="next_value"):
+        C.bellman_target(d["reward"], d["terminated"], d["reward"][:3], 0.9)
+    with pytest.raises(ValueError, match="gamma"):
+        C.bellman_target(d["reward"], d["terminated"], d["reward"], 1.5)
+    with pytest.raises(ValueError, match="gamma"):
+        C.bellman_target(d["reward"], d["terminated"], d["reward"], torch.ones(5))
+    with pytest.raises(ValueError, match="q_values"):
+        C.sac_critic_loss(d["q_values"][:, :3], d["reward"])
+    with pytest.raises(ValueError, match="q_values"):
+        C.sac_critic_loss(d["q_values"][0], d["reward"])
+    with pytest.raises(ValueError, match="distance"):
+        C.sac_critic_loss(d["q_values"], d["reward"], "mse")
+    with pytest.raises(ValueError, match="alpha"):
+        C.sac_actor_loss(d["q_values"], d["log_prob"], -0.1)
+    with pytest.raises(ValueError, match="log_prob"):
+        C.sac_actor_loss(d["q_values"], d["log_prob"].bool(), 0.1)
+    with pytest.raises(ValueError, match="log_alpha"):
+        C.sac_temperature_loss(torch.zeros(1), d["log_prob"], -1.0)
+    with pytest.raises(ValueError, match="noise_clip"):
+        C.td3_smoothing_noise(random.key(0), (3,), 0.2, -0.5)
+    with pytest.raises(ValueError, match="noise"):
+        C.smoothed_target_action(torch.zeros(4, 2), torch.zeros(4, 3), -1.0, 1.0)
+    with pytest.raises(ValueError, match="action_low"):
+        C.smoothed_target_action(torch.zeros(4, 2), torch.zeros(4, 2), 1.0, -1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Discrete SAC.
+
+
+def _discrete(seed: int, batch: int, ensemble: int, actions: int) -> dict:
+    g = _gen(seed)
+    return {
+        "q_values": torch.randn(ensemble, batch, actions, generator=g, dtype=torch.float64),
+        "logits": 3.0 * torch.randn(batch, actions, generator=g, dtype=torch.float64),
+        "action": torch.randint(0, actions, (batch,), generator=g),
+        "target": torch.randn(batch, generator=g, dtype=torch.float64),
+    }
+
+
+@given(
+    seed=seeds, batch=batch_sizes, ensemble=ensemble_sizes, actions=st.integers(2, 6), alpha=st.floats(0, 2)
+)
+def test_discrete_sac_losses_match_reference(seed, batch, ensemble, actions, alpha):
+    d = _discrete(seed, batch, ensemble, actions)
+    value = C.discrete_soft_state_value(d["q_values"], d["logits"], alpha)
+    actor, metrics = C.discrete_sac_actor_loss(d["q_values"], d["logits"], alpha)
+    critic, _ = C.discrete_sac_critic_loss(d["q_values"], d["action"], d["target"])
+    actor_ref = critic_ref = 0.0
+    for b in range(batch):
+        probs = torch.softmax(d["logits"][b], -1).tolist()
+        min_q = [min(d["q_values"][e, b, a].item() for e in range(ensemble)) for a in range(actions)]
+        v = sum(p * (q - alpha * math.log(p)) for p, q in zip(probs, min_q, strict=True))
+        assert value[b].item() == pytest.approx(v, rel=1e-9, abs=1e-9)
+        actor_ref += sum(p * (alpha * math.log(p) - q) for p, q in zip(probs, min_q, strict=True))
+        assert metrics["log_prob"][b].item() == pytest.approx(sum(p * math.log(p) for p in probs), abs=1e-9)
+        for e in range(ensemble):
+            critic_ref += (d["q_values"][e, b, d["action"][b]].item() - d["target"][b].item()) ** 2
+    assert actor.item() == pytest.approx(actor_ref / batch, rel=1e-9, abs=1e-9)
+    assert critic.item() == pytest.approx(critic_ref / batch, rel=1e-9, abs=1e-9)
+
+
+def test_discrete_sac_target_entropy():
+    assert C.discrete_sac_target_entropy(4) == pytest.approx(0.98 * math.log(4))
+    with pytest.raises(ValueError, match="num_actions"):
+        C.discrete_sac_target_entropy(1)
+    with pytest.raises(ValueError, match="action"):
+        C.discrete_sac_critic_loss(torch.zeros(2, 3, 4), torch.zeros(3), torch.zeros(3))
+
+
+# ----------------------------------------------------------------------------------------------
+# REDQ and CrossQ.
+
+
+@given(seed=seeds, num_critics=st.integers(1, 12), data=st.data())
+def test_redq_subset_size_respected_and_distinct(seed, num_critics, data):
+    subset_size = data.draw(st.integers(1, num_critics))
+    subset = C.redq_subset(random.key(seed), num_critics, subset_size)
+    assert subset.shape == (subset_size,) and subset.dtype == torch.int64
+    assert len(set(subset.tolist())) == subset_size
+    assert 0 <= subset.min().item() and subset.max().item() < num_critics
+
+
+def test_redq_subset_is_uniform_over_critics():
+    counts = torch.zeros(10)
+    for i in range(400):
+        counts[C.redq_subset(random.fold_in(random.key(0), i), 10, 2)] += 1
+    # Each critic is picked with probability 2/10: 80 expected out of 400 draws (sd ~8).
+    assert counts.sum().item() == 800 and counts.min().item() > 50 and counts.max().item() < 110
+
+
+@given(seed=seeds, batch=batch_sizes, alpha=st.floats(0.0, 1.0))
+def test_redq_target_is_min_over_the_subset_only(seed, batch, alpha):
+    d = _transitions(seed, batch, ensemble=10)
+    subset = C.redq_subset(random.key(seed), 10, 2)
+    out = C.redq_target_value(d["next_q_values"], subset, d["next_log_prob"], alpha)
+    for b in range(batch):
+        min_q = min(d["next_q_values"][i, b].item() for i in subset.tolist())
+        assert out[b].item() == pytest.approx(
+            min_q - alpha * d["next_log_prob"][b].item(), rel=1e-12, abs=1e-12
+        )
+    with pytest.raises(ValueError, match="subset_size"):
+        C.redq_subset(random.key(0), 10, 11)
+
+
+def test_crossq_target_is_detached_soft_bellman_target():
+    d = _transitions(4, 7)
+    next_q = d["next_q_values"].clone().requires_grad_(True)
+    target = C.crossq_target(d["reward"], d["terminated"], next_q, d["next_log_prob"], 0.99, 0.1)
+    assert not target.requires_grad
+    expected = C.bellman_target(
+        d["reward"], d["terminated"], C.soft_state_value(d["next_q_values"], d["next_log_prob"], 0.1), 0.99
+    )
+    torch.testing.assert_close(target, expected, rtol=0, atol=0)
