@@ -5,7 +5,30 @@ truncated`` (trace cut) apart and take ``next_values`` explicitly. Input checks 
 dtypes, Python numbers), so every function works under ``torch.func.vmap`` and ``torch.compile``.
 """
 
-# Part A: value estimators, on-policy and value-based losses.
+# Part A: value estimators, on-policy and value-based losses (returns, policy_gradient).
+# Part B: continuous control and target networks (continuous, target).
+from funrl.losses.continuous import (
+    bellman_target,
+    crossq_target,
+    ddpg_actor_loss,
+    ddpg_critic_loss,
+    discrete_sac_actor_loss,
+    discrete_sac_critic_loss,
+    discrete_sac_target_entropy,
+    discrete_soft_state_value,
+    ensemble_critic_loss,
+    redq_subset,
+    redq_target_value,
+    sac_actor_loss,
+    sac_critic_loss,
+    sac_target_entropy,
+    sac_temperature_loss,
+    smoothed_target_action,
+    soft_state_value,
+    td3_actor_loss,
+    td3_critic_loss,
+    td3_smoothing_noise,
+)
 from funrl.losses.policy_gradient import (
     a2c_loss,
     normalize_advantages,
@@ -23,6 +46,7 @@ from funrl.losses.returns import (
     td_error,
     vtrace,
 )
+from funrl.losses.target import hard_update, periodic_update, polyak
 
 __all__ = [
     # returns
@@ -40,4 +64,29 @@ __all__ = [
     "ppo_loss",
     "ppo_value_loss",
     "reinforce_loss",
+    # continuous
+    "bellman_target",
+    "crossq_target",
+    "ddpg_actor_loss",
+    "ddpg_critic_loss",
+    "discrete_sac_actor_loss",
+    "discrete_sac_critic_loss",
+    "discrete_sac_target_entropy",
+    "discrete_soft_state_value",
+    "ensemble_critic_loss",
+    "redq_subset",
+    "redq_target_value",
+    "sac_actor_loss",
+    "sac_critic_loss",
+    "sac_target_entropy",
+    "sac_temperature_loss",
+    "smoothed_target_action",
+    "soft_state_value",
+    "td3_actor_loss",
+    "td3_critic_loss",
+    "td3_smoothing_noise",
+    # target
+    "hard_update",
+    "periodic_update",
+    "polyak",
 ]
