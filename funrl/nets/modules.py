@@ -5,6 +5,8 @@ no draws from torch's RNG); give it values with ``funrl.nets.init`` and run it w
 ``funrl.nets.apply``. Pass ``device="cpu"`` to build a conventional module with torch's own
 initial weights. Layer names follow CleanRL's (an ``MLP`` is an ``nn.Sequential``: its output layer
 is ``"{len - 1}"``, e.g. ``"actor.4"`` for CleanRL's PPO actor), so per-layer overrides read the same.
+Every single-head module names the path of its last ``Linear`` in ``output_layer`` (``"mlp.4"``,
+``"head"``), ready for ``init(..., overrides={net.output_layer: orthogonal(0.01)})``.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class NatureCNN(nn.Module):
                 else nn.Linear(features, _positive_int(out_features, "out_features"))
             )
         self.in_shape = (in_channels, height, width)
+        self.output_layer = "dense" if out_features is None else "head"
         self.scale_input = bool(scale_input)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,6 +197,7 @@ class DiscreteActor(nn.Module):
     ):
         super().__init__()
         self.mlp = MLP(obs_dim, hidden_sizes, num_actions, activation, layer_norm, device=device)
+        self.output_layer = f"mlp.{self.mlp.output_layer}"
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.mlp(obs)
@@ -234,6 +238,7 @@ class GaussianActor(nn.Module):
         self.log_std_init = float(log_std_init)
         out = 2 * action_dim if state_dependent_std else action_dim
         self.mlp = MLP(obs_dim, hidden_sizes, out, activation, layer_norm, device=device)
+        self.output_layer = f"mlp.{self.mlp.output_layer}"
         if not state_dependent_std:
             self.log_std = nn.Parameter(torch.full((action_dim,), self.log_std_init, device=device))
 
@@ -318,6 +323,7 @@ class QNetwork(nn.Module):
     ):
         super().__init__()
         self.mlp = MLP(obs_dim, hidden_sizes, num_actions, activation, layer_norm, device=device)
+        self.output_layer = f"mlp.{self.mlp.output_layer}"
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.mlp(obs)
@@ -342,6 +348,7 @@ class ContinuousQ(nn.Module):
         self.obs_dim = _positive_int(obs_dim, "obs_dim")
         self.action_dim = _positive_int(action_dim, "action_dim")
         self.mlp = MLP(obs_dim + action_dim, hidden_sizes, 1, activation, layer_norm, device=device)
+        self.output_layer = f"mlp.{self.mlp.output_layer}"
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         if obs.shape[-1] != self.obs_dim or action.shape[-1] != self.action_dim:
