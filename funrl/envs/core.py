@@ -204,3 +204,36 @@ def time_limit_reached(time: torch.Tensor, params: EnvParams) -> torch.Tensor:
 def angle_normalize(x: torch.Tensor) -> torch.Tensor:
     """Wrap an angle to ``[-pi, pi)``, as gymnasium's Pendulum does."""
     return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
+
+
+def params_from_kwargs(params_cls: type, env_id: str, kwargs: dict[str, Any]) -> Any:
+    """``params_cls(**kwargs)`` for ``make``: gymnasium's ``max_episode_steps`` is accepted as the
+    name of ``max_steps_in_episode``; an unknown keyword is a ``TypeError`` listing the known ones."""
+    kwargs = dict(kwargs)
+    if "max_episode_steps" in kwargs:
+        kwargs["max_steps_in_episode"] = kwargs.pop("max_episode_steps")
+    names = [f.name for f in dataclasses.fields(params_cls)]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise TypeError(
+            f"{env_id}: unknown option(s) {unknown}; known: {', '.join(names + ['max_episode_steps'])}"
+        )
+    return params_cls(**kwargs)
+
+
+def check_action_static(action: Any, space: Space, name: str = "action") -> None:
+    """Static checks of an action against ``space`` (type, dtype kind, shape): no host sync, so
+    they are free inside compiled code. Range checks need the values: ``funrl.envs.checker``."""
+    if not isinstance(action, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(action).__name__}")
+    if isinstance(space, Discrete):
+        if action.dtype.is_floating_point or action.dtype.is_complex or action.dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer tensor for {space}, got dtype {action.dtype}")
+    elif isinstance(space, Box) and space.dtype.is_floating_point:
+        if not action.dtype.is_floating_point:
+            raise TypeError(f"{name}: expected a floating tensor for {space}, got dtype {action.dtype}")
+    if tuple(action.shape) != tuple(space.shape):
+        raise ValueError(
+            f"{name}: expected shape {list(space.shape)} (one env; vmap for a batch), "
+            f"got {list(action.shape)}"
+        )

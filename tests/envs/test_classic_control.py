@@ -1,0 +1,261 @@
+"""Classic control: conformance with gymnasium's definitions, purity, vmap, domain randomisation.
+
+Conformance sets gymnasium's state to funrl's (float32 values, read as float64 by gymnasium) and
+compares one transition at a time, so each comparison measures one step's float32-vs-float64
+difference; a termination flag may differ only where gymnasium's next state lies within float32
+rounding of the threshold (the helper says how close, and the tests bound how often).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funrl.envs as E
+from funrl import random
+from funrl import tree as ftree
+
+
+def f32(low: float, high: float) -> st.SearchStrategy[float]:
+    """Floats in ``[low, high]`` that float32 represents exactly (funrl's state dtype)."""
+    return st.floats(low, high, allow_nan=False).map(lambda v: float(np.float32(v)))
+
+
+def gym_env(env_id: str, **kwargs):
+    env = gymnasium.make(env_id, disable_env_checker=True, **kwargs)
+    env.reset(seed=0)
+    return env
+
+
+def set_gym_time(env, elapsed: int) -> None:
+    """Put gymnasium's TimeLimit wrapper at ``elapsed`` steps (the funrl state's ``time``)."""
+    wrapper = env
+    while not isinstance(wrapper, gymnasium.wrappers.TimeLimit):
+        wrapper = wrapper.env
+    wrapper._elapsed_steps = elapsed
+
+
+def as_np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+# ----------------------------------------------------------------------------------- CartPole
+
+
+def cartpole_state(x, x_dot, theta, theta_dot, time=0):
+    f = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    return E.cartpole.CartPoleState(
+        f(x), f(x_dot), f(theta), f(theta_dot), torch.tensor(time, dtype=torch.int32)
+    )
+
+
+def cartpole_to_gym(env, state) -> None:
+    env.unwrapped.state = np.array([float(v) for v in state[:4]], dtype=np.float64)
+    env.unwrapped.steps_beyond_terminated = None
+    set_gym_time(env, int(state.time))
+
+
+def compare_cartpole_step(genv, env, params, state, action: int) -> tuple[bool, E.cartpole.CartPoleState]:
+    """One step from ``state`` in both; returns (gymnasium's terminated, funrl's next state)."""
+    cartpole_to_gym(genv, state)
+    g_obs, g_rew, g_term, g_trunc, _ = genv.step(action)
+    obs, nstate, rew, term, trunc, _ = env.step_env(random.key(0), state, torch.tensor(action), params)
+    np.testing.assert_allclose(as_np(obs), g_obs, rtol=1e-5, atol=1e-5)
+    assert float(rew) == g_rew
+    assert bool(trunc) == g_trunc
+    if bool(term) != g_term:
+        # Only a float32 rounding at the threshold may flip the flag.
+        x, theta = genv.unwrapped.state[0], genv.unwrapped.state[2]
+        margin = min(abs(abs(x) - 2.4), abs(abs(theta) - 12 * 2 * math.pi / 360))
+        assert margin < 1e-5, f"terminated differs away from the threshold (margin {margin})"
+    return g_term, nstate
+
+
+@given(
+    x=f32(-2.4, 2.4),
+    x_dot=f32(-3.0, 3.0),
+    theta=f32(-0.2094, 0.2094),
+    theta_dot=f32(-3.5, 3.5),
+    action=st.integers(0, 1),
+    time=st.integers(0, 499),
+    sutton_barto=st.booleans(),
+)
+def test_cartpole_step_matches_gymnasium(x, x_dot, theta, theta_dot, action, time, sutton_barto):
+    genv = gym_env("CartPole-v1", sutton_barto_reward=sutton_barto)
+    env, params = E.make("CartPole-v1", sutton_barto_reward=sutton_barto)
+    compare_cartpole_step(genv, env, params, cartpole_state(x, x_dot, theta, theta_dot, time), action)
+
+
+@pytest.mark.parametrize(
+    "state, action, terminated",
+    [
+        # float32(2.4) lies above 2.4: terminated (a float32 comparison would say no).
+        ((2.4, 0.0, 0.0, 0.0), 1, True),
+        ((np.nextafter(np.float32(2.4), np.float32(0)), 0.0, 0.0, 0.0), 1, False),
+        ((-2.4, 0.0, 0.0, 0.0), 0, True),
+        ((-2.3, -5.0, 0.0, 0.0), 0, False),  # x + tau * x_dot = -2.4 in float64: not beyond
+        ((0.0, 0.0, 0.2094395, 0.0), 1, False),  # float32 just below 12 degrees
+        ((0.0, 0.0, 0.20943952, 0.0), 1, True),  # float32 just above 12 degrees
+        ((0.0, 0.0, -0.2094395, -0.001), 0, True),
+    ],
+)
+def test_cartpole_termination_edges(state, action, terminated):
+    genv = gym_env("CartPole-v1")
+    env, params = E.make("CartPole-v1")
+    g_term, _ = compare_cartpole_step(genv, env, params, cartpole_state(*state), action)
+    assert g_term == terminated
+    term = env.step_env(random.key(0), cartpole_state(*state), torch.tensor(action), params)[3]
+    assert bool(term) == terminated
+
+
+def test_cartpole_whole_random_episodes_match_gymnasium():
+    genv = gym_env("CartPole-v1")
+    env, params = E.make("CartPole-v1")
+    key = random.key(42)
+    lengths = []
+    for episode in range(20):
+        _, state = env.reset(random.fold_in(key, episode), params)
+        rng = np.random.default_rng(episode)
+        for _ in range(500):
+            action = int(rng.integers(2))
+            g_term, state = compare_cartpole_step(genv, env, params, state, action)
+            if g_term or int(state.time) >= 500:
+                break
+        lengths.append(int(state.time))
+    # A random policy balances for a few dozen steps (gymnasium: about 22 on average).
+    assert 10 < np.mean(lengths) < 50
+
+
+def test_cartpole_truncates_at_max_steps():
+    genv = gym_env("CartPole-v1")
+    env, params = E.make("CartPole-v1")
+    state = cartpole_state(0.0, 0.0, 0.0, 0.0, time=499)
+    compare_cartpole_step(genv, env, params, state, 1)
+    _, _, _, _, truncated, _ = env.step_env(random.key(0), state, torch.tensor(1), params)
+    assert bool(truncated)
+    env5, params5 = E.make("CartPole-v1", max_episode_steps=5)
+    state = cartpole_state(0.0, 0.0, 0.0, 0.0, time=3)
+    assert not bool(env5.step_env(random.key(0), state, torch.tensor(0), params5)[4])
+    state = cartpole_state(0.0, 0.0, 0.0, 0.0, time=4)
+    assert bool(env5.step_env(random.key(0), state, torch.tensor(0), params5)[4])
+
+
+def test_cartpole_semi_implicit_matches_gymnasium():
+    genv = gym_env("CartPole-v1")
+    genv.unwrapped.kinematics_integrator = "semi-implicit euler"
+    env, params = E.make("CartPole-v1", kinematics_integrator="semi-implicit euler")
+    compare_cartpole_step(genv, env, params, cartpole_state(0.1, -0.5, 0.05, 1.0, 7), 0)
+
+
+def test_cartpole_spaces_match_gymnasium():
+    genv = gym_env("CartPole-v1")
+    env, params = E.make("CartPole-v1")
+    space = env.observation_space(params)
+    np.testing.assert_array_equal(as_np(space.high_tensor()), genv.observation_space.high)
+    np.testing.assert_array_equal(as_np(space.low_tensor()), genv.observation_space.low)
+    assert env.action_space(params).n == genv.action_space.n
+
+
+# ------------------------------------------------------------------------- every environment
+
+ENV_IDS = ["CartPole-v1"]
+
+
+def random_actions(env, params, key, n):
+    space = env.action_space(params)
+    return torch.stack([space.sample(k) for k in random.split(key, n)])
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_reset_range_matches_gymnasium(env_id):
+    """Many resets stay in gymnasium's reset box and fill it (extremes near both ends)."""
+    env, params = E.make(env_id)
+    obs, _ = torch.func.vmap(env.reset, in_dims=(0, None))(random.split(random.key(1), 4000), params)
+    genv = gym_env(env_id)
+    g_obs = np.stack([genv.reset(seed=s)[0] for s in range(4000)])
+    lo, hi = g_obs.min(0), g_obs.max(0)
+    span = np.maximum(hi - lo, 1e-6)
+    np.testing.assert_allclose(as_np(obs.min(0).values), lo, atol=0.02 * span.max())
+    np.testing.assert_allclose(as_np(obs.max(0).values), hi, atol=0.02 * span.max())
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_pure_same_inputs_same_outputs(env_id):
+    env, params = E.make(env_id)
+    key = random.key(7)
+    obs1, s1 = env.reset(key, params)
+    obs2, s2 = env.reset(key, params)
+    assert ftree.tree_equal((obs1, s1), (obs2, s2))
+    action = env.action_space(params).sample(random.key(3))
+    out1 = env.step(random.key(5), s1, action, params)
+    out2 = env.step(random.key(5), s1, action, params)
+    assert ftree.tree_equal(out1, out2)
+    assert ftree.tree_equal(s1, s2)  # the input state was not modified
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_vmap_equals_loop(env_id):
+    env, params = E.make(env_id)
+    n = 6
+    keys = random.split(random.key(11), n)
+    obs, state = torch.func.vmap(env.reset, in_dims=(0, None))(keys, params)
+    for _ in range(30):  # long enough for some episodes to end and auto-reset
+        keys = random.split(keys[0], n)
+        actions = random_actions(env, params, keys[-1], n)
+        batched = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))(keys, state, actions, params)
+        for i in range(n):
+            single = env.step(keys[i], ftree.index(state, i), actions[i], params)
+            assert ftree.tree_equal(ftree.index(batched, i), single)
+        state = batched[1]
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_bad_actions_raise_clear_errors(env_id):
+    env, params = E.make(env_id)
+    _, state = env.reset(random.key(0), params)
+    space = env.action_space(params)
+    good = space.sample(random.key(1))
+    with pytest.raises(ValueError, match="action: expected shape"):
+        env.step(random.key(0), state, good.reshape(1, *good.shape), params)
+    wrong_dtype = good.to(torch.float32) if good.dtype == torch.int64 else good.to(torch.int64)
+    with pytest.raises(TypeError, match="action: expected"):
+        env.step(random.key(0), state, wrong_dtype, params)
+    with pytest.raises(TypeError, match="action: expected a torch.Tensor"):
+        env.step(random.key(0), state, 1, params)
+
+
+def test_unknown_option_lists_known_ones():
+    with pytest.raises(TypeError, match="sutton_barto_reward"):
+        E.make("CartPole-v1", sutton_barto=True)
+
+
+def test_cartpole_domain_randomisation_is_vmap_over_params():
+    env, params = E.make("CartPole-v1")
+    n = 5
+    gravity = torch.linspace(5.0, 15.0, n)
+    masspole = torch.linspace(0.05, 0.5, n)
+    batched = E.vmap(env, n, batched_params=("gravity", "masspole"))
+    rparams = E.cartpole.CartPoleParams(gravity=gravity, masspole=masspole)
+    _, state = batched.reset(random.key(0), rparams)
+    action = torch.ones(n, dtype=torch.int64)
+    obs, *_ = batched.step_env(random.key(1), state, action, rparams)
+    for i in range(n):
+        p_i = E.cartpole.CartPoleParams(gravity=float(gravity[i]), masspole=float(masspole[i]))
+        obs_i, *_ = env.step_env(random.key(1), ftree.index(state, i), action[i], p_i)
+        torch.testing.assert_close(obs[i], obs_i)
+        genv = gym_env("CartPole-v1")
+        genv.unwrapped.gravity = float(gravity[i])
+        genv.unwrapped.masspole = float(masspole[i])
+        genv.unwrapped.total_mass = genv.unwrapped.masspole + genv.unwrapped.masscart
+        genv.unwrapped.polemass_length = genv.unwrapped.masspole * genv.unwrapped.length
+        cartpole_to_gym(genv, ftree.index(state, i))
+        g_obs, *_ = genv.step(1)
+        np.testing.assert_allclose(as_np(obs[i]), g_obs, rtol=1e-5, atol=1e-6)
+    # Different physics give different next states.
+    assert not torch.allclose(obs[0], obs[-1])
