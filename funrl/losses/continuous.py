@@ -26,11 +26,14 @@ References: DDPG (Lillicrap et al. 2016), TD3 (Fujimoto et al. 2018), SAC (Haarn
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from funrl import random
+from funrl import nets, random, tree
 from funrl.losses._checks import (
     check_bool,
     check_choice,
@@ -65,10 +68,23 @@ __all__ = [
     "discrete_sac_target_entropy",
     "redq_subset",
     "redq_target_value",
+    "redq_actor_loss",
     "crossq_target",
+    "ensemble_q",
+    "sac_critic_objective",
+    "sac_actor_objective",
+    "td3_critic_objective",
+    "td3_actor_objective",
+    "ddpg_critic_objective",
+    "ddpg_actor_objective",
+    "redq_critic_objective",
+    "redq_actor_objective",
+    "discrete_sac_critic_objective",
+    "discrete_sac_actor_objective",
 ]
 
 Scalar = float | torch.Tensor
+Params = Any
 
 DISTANCES = ("l2", "smooth_l1", "l1")
 
@@ -457,3 +473,291 @@ def crossq_target(
     """
     next_value = soft_state_value(next_q_values, next_log_prob, alpha)
     return bellman_target(reward, terminated, next_value, gamma).detach()
+
+
+def redq_actor_loss(
+    q_values: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """REDQ policy loss ``mean_b [alpha * log pi(a_b|s_b) - mean_e Q_e(s_b, a_b)]`` over all N critics.
+
+    Chen et al. 2021, Alg. 2, line 12 (the ensemble *mean*, where SAC takes the minimum of two).
+    """
+    check_floating("log_prob", log_prob)
+    _check_ensemble("q_values", q_values, "log_prob", log_prob)
+    _check_weight("alpha", alpha, "log_prob", log_prob)
+    if isinstance(alpha, torch.Tensor):
+        alpha = alpha.detach()
+    mean_q = q_values.mean(dim=0)
+    loss = (alpha * log_prob - mean_q).mean()
+    return loss, {"entropy": -log_prob.detach().mean(), "q_actor_mean": mean_q.detach().mean()}
+
+
+# ============================================================================================
+# Parameter-level objectives: (params, ..., batch, key) -> (loss, metrics), built on funrl.nets.
+#
+# The first argument is the params pytree being trained, so
+# ``torch.func.grad_and_value(objective, has_aux=True)(params, ...)`` gives its gradient.
+# Modules are ``funrl.nets`` skeletons passed by keyword (static: ``torch.compile`` specialises on
+# them). Critics of SAC/TD3/REDQ/CrossQ/discrete SAC are *stacked* params (leading dim E, from
+# ``funrl.nets.init_ensemble`` or ``funrl.tree.stack``) evaluated with one ``vmap``.
+#
+# ``batch`` is a mapping (a dict, or a TensorDict) with ``obs [B, ...]``, ``action [B, A]`` (int
+# ``[B]`` for discrete SAC), ``reward [B]``, ``next_obs [B, ...]`` and bool ``terminated [B]``.
+# ``next_obs`` of a truncated transition is its ``final_obs``. Stochastic policies are tanh-squashed
+# Gaussians (``funrl.nets.distributions.tanh_normal``, actions in (-1, 1)): actors return
+# ``(loc, scale)`` (e.g. ``funrl.nets.GaussianActor(..., state_dependent_std=True)``); deterministic
+# actors (DDPG/TD3) return actions already within the action bounds.
+
+_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated")
+
+
+def _unpack(batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    missing = [k for k in _BATCH_KEYS if k not in batch.keys()]
+    if missing:
+        raise ValueError(f"batch: expected entries {_BATCH_KEYS}, missing {missing}")
+    return tuple(batch[k] for k in _BATCH_KEYS)
+
+
+def _detach(params: Params) -> Params:
+    return tree.map(torch.Tensor.detach, params)
+
+
+def _ensemble_size(name: str, params: Params) -> int:
+    sizes = {leaf.shape[0] if leaf.dim() > 0 else None for leaf in tree.leaves(params)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(f"{name}: expected stacked ensemble params with one leading size, got sizes {sizes}")
+    return sizes.pop()
+
+
+def ensemble_q(critic: nn.Module, params: Params, *inputs: torch.Tensor) -> torch.Tensor:
+    """All members of a stacked-params critic ensemble on the same inputs, with one ``vmap``.
+
+    Returns ``[E, *critic_output_shape]``, e.g. ``[E, B]`` for ``funrl.nets.ContinuousQ`` and
+    ``[E, B, num_actions]`` for a discrete Q-network.
+    """
+    _ensemble_size("params", params)
+    in_dims = (None, 0) + (None,) * len(inputs)
+    return torch.func.vmap(nets.apply, in_dims=in_dims, randomness="error")(critic, params, *inputs)
+
+
+def _sample_policy(
+    actor: nn.Module, actor_params: Params, obs: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    loc, scale = nets.apply(actor, actor_params, obs)
+    return nets.distributions.tanh_normal.sample_and_log_prob(key, loc, scale)
+
+
+def sac_critic_objective(
+    critic_params: Params,
+    actor_params: Params,
+    target_critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SAC critic loss from params: target ``r + gamma (1 - d) [min_e Q'_e(s', a') - alpha log pi(a'|s')]``.
+
+    ``a' ~ pi(s')`` is drawn with ``key``. Returns ``sac_critic_loss``'s ``(loss, metrics)``.
+    """
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    next_action, next_log_prob = _sample_policy(actor, _detach(actor_params), next_obs, key)
+    next_q = ensemble_q(critic, _detach(target_critic_params), next_obs, next_action)
+    next_value = soft_state_value(next_q, next_log_prob, alpha)
+    target = bellman_target(reward, terminated, next_value, gamma)
+    q = ensemble_q(critic, critic_params, obs, action)
+    return sac_critic_loss(q, target, distance)
+
+
+def sac_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SAC actor loss from params (critics detached). ``metrics["log_prob"]`` ``[B]`` feeds
+    ``sac_temperature_loss``, so the temperature step needs no second actor pass."""
+    obs = _unpack(batch)[0]
+    action, log_prob = _sample_policy(actor, actor_params, obs, key)
+    q = ensemble_q(critic, _detach(critic_params), obs, action)
+    loss, metrics = sac_actor_loss(q, log_prob, alpha)
+    return loss, {**metrics, "log_prob": log_prob.detach()}
+
+
+def td3_critic_objective(
+    critic_params: Params,
+    target_actor_params: Params,
+    target_critic_params: Params,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    policy_noise: float = 0.2,
+    noise_clip: float = 0.5,
+    action_low: Scalar = -1.0,
+    action_high: Scalar = 1.0,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TD3 critic loss: clipped double-Q target at the smoothed target action (Fujimoto et al. 2018).
+
+    ``y = r + gamma (1 - d) min_e Q'_e(s', clip(mu'(s') + clip(eps, -c, c), low, high))``. The delayed
+    actor update is the caller's: step the actor every ``policy_delay`` critic steps, e.g. with
+    ``funrl.losses.periodic_update((actor_params, opt_state), (new_params, new_opt_state), step,
+    policy_delay)``, which stays branch-free in a compiled step.
+    """
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    next_action = nets.apply(actor, _detach(target_actor_params), next_obs)
+    noise = td3_smoothing_noise(key, tuple(next_action.shape), policy_noise, noise_clip, next_action.dtype)
+    next_action = smoothed_target_action(next_action, noise, action_low, action_high)
+    next_q = ensemble_q(critic, _detach(target_critic_params), next_obs, next_action)
+    target = bellman_target(reward, terminated, next_q.min(dim=0).values, gamma)
+    q = ensemble_q(critic, critic_params, obs, action)
+    return td3_critic_loss(q, target, distance)
+
+
+def td3_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TD3 actor loss ``-mean Q_1(s, mu(s))``: the first critic of the stacked ensemble (as the paper
+    and TorchRL), critic params detached."""
+    obs = _unpack(batch)[0]
+    _ensemble_size("critic_params", critic_params)
+    first_critic = tree.index(_detach(critic_params), 0)
+    return td3_actor_loss(nets.apply(critic, first_critic, obs, nets.apply(actor, actor_params, obs)))
+
+
+def ddpg_critic_objective(
+    critic_params: Params,
+    target_actor_params: Params,
+    target_critic_params: Params,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DDPG critic loss with one (unstacked) critic: ``y = r + gamma (1 - d) Q'(s', mu'(s'))``."""
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    next_action = nets.apply(actor, _detach(target_actor_params), next_obs)
+    next_q = nets.apply(critic, _detach(target_critic_params), next_obs, next_action)
+    target = bellman_target(reward, terminated, next_q, gamma)
+    q = nets.apply(critic, critic_params, obs, action)
+    return ddpg_critic_loss(q.unsqueeze(0), target, distance)
+
+
+def ddpg_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DDPG actor loss ``-mean Q(s, mu(s))`` with one (unstacked) critic, critic params detached."""
+    obs = _unpack(batch)[0]
+    return ddpg_actor_loss(
+        nets.apply(critic, _detach(critic_params), obs, nets.apply(actor, actor_params, obs))
+    )
+
+
+def redq_critic_objective(
+    critic_params: Params,
+    actor_params: Params,
+    target_critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    subset_size: int = 2,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """REDQ critic loss: all N critics regress onto a target from a random subset of M target critics.
+
+    Only the M drawn target critics are evaluated (their params are gathered first).
+    ``metrics["subset"]`` holds the drawn indices.
+    """
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    num_critics = _ensemble_size("critic_params", critic_params)
+    subset_key, action_key = random.split(key)
+    subset = redq_subset(subset_key, num_critics, subset_size)
+    next_action, next_log_prob = _sample_policy(actor, _detach(actor_params), next_obs, action_key)
+    subset_params = tree.map(lambda p: p.index_select(0, subset), _detach(target_critic_params))
+    next_q = ensemble_q(critic, subset_params, next_obs, next_action)
+    target = bellman_target(reward, terminated, soft_state_value(next_q, next_log_prob, alpha), gamma)
+    loss, metrics = ensemble_critic_loss(ensemble_q(critic, critic_params, obs, action), target, distance)
+    return loss, {**metrics, "subset": subset}
+
+
+def redq_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """REDQ actor loss (ensemble mean over all N critics), with ``metrics["log_prob"]``."""
+    obs = _unpack(batch)[0]
+    action, log_prob = _sample_policy(actor, actor_params, obs, key)
+    loss, metrics = redq_actor_loss(ensemble_q(critic, _detach(critic_params), obs, action), log_prob, alpha)
+    return loss, {**metrics, "log_prob": log_prob.detach()}
+
+
+def discrete_sac_critic_objective(
+    critic_params: Params,
+    actor_params: Params,
+    target_critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Discrete SAC critic loss; ``actor(obs) -> logits``, ``critic(obs) -> [B, num_actions]``.
+
+    Exact expectation over actions, so no key.
+    """
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    next_logits = nets.apply(actor, _detach(actor_params), next_obs)
+    next_q = ensemble_q(critic, _detach(target_critic_params), next_obs)
+    next_value = discrete_soft_state_value(next_q, next_logits, alpha)
+    target = bellman_target(reward, terminated, next_value, gamma)
+    return discrete_sac_critic_loss(ensemble_q(critic, critic_params, obs), action, target, distance)
+
+
+def discrete_sac_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Discrete SAC actor loss; ``metrics["log_prob"]`` is the expected log-prob for the temperature."""
+    obs = _unpack(batch)[0]
+    q = ensemble_q(critic, _detach(critic_params), obs)
+    return discrete_sac_actor_loss(q, nets.apply(actor, actor_params, obs), alpha)

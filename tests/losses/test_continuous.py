@@ -10,9 +10,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch import nn
 
-from funrl import random
+from funrl import nets, random, tree
 from funrl.losses import continuous as C
+from funrl.losses.target import periodic_update
 
 seeds = st.integers(0, 2**16)
 ensemble_sizes = st.integers(1, 5)
@@ -363,3 +365,214 @@ def test_crossq_target_is_detached_soft_bellman_target():
         d["reward"], d["terminated"], C.soft_state_value(d["next_q_values"], d["next_log_prob"], 0.1), 0.99
     )
     torch.testing.assert_close(target, expected, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameter-level objectives on funrl.nets networks.
+
+OBS_DIM, ACT_DIM, BATCH = 3, 2, 8
+
+
+def _networks(seed: int = 0, num_critics: int = 2) -> dict:
+    keys = random.split(random.key(seed), 4)
+    actor = nets.GaussianActor(OBS_DIM, ACT_DIM, (16,), "relu", state_dependent_std=True)
+    det_actor = nn.Sequential(nets.MLP(OBS_DIM, (16,), ACT_DIM, "relu", device="meta"), nn.Tanh())
+    critic = nets.ContinuousQ(OBS_DIM, ACT_DIM, (16,))
+    critic_params = nets.init_ensemble(critic, keys[1], num_critics)
+    return {
+        "actor": actor,
+        "det_actor": det_actor,
+        "critic": critic,
+        "actor_params": nets.init(actor, keys[0]),
+        "det_actor_params": nets.init(det_actor, keys[3]),
+        "critic_params": critic_params,
+        "target_critic_params": tree.map(lambda p: p + 0.01, critic_params),
+    }
+
+
+def _batch(seed: int, batch: int = BATCH) -> dict:
+    g = _gen(seed)
+    return {
+        "obs": torch.randn(batch, OBS_DIM, generator=g),
+        "action": torch.rand(batch, ACT_DIM, generator=g) * 2 - 1,
+        "reward": torch.randn(batch, generator=g),
+        "next_obs": torch.randn(batch, OBS_DIM, generator=g),
+        "terminated": torch.rand(batch, generator=g) < 0.25,
+    }
+
+
+def _loop_q(critic, stacked, *inputs):
+    return torch.stack([nets.apply(critic, p, *inputs) for p in tree.unstack(stacked)])
+
+
+def test_ensemble_q_vmap_equals_loop_over_members():
+    n = _networks(num_critics=5)
+    b = _batch(0)
+    torch.testing.assert_close(
+        C.ensemble_q(n["critic"], n["critic_params"], b["obs"], b["action"]),
+        _loop_q(n["critic"], n["critic_params"], b["obs"], b["action"]),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+def test_sac_objectives_equal_their_tensor_level_composition():
+    n, b, key = _networks(), _batch(1), random.key(7)
+    dist = nets.distributions.tanh_normal
+    loss, _ = C.sac_critic_objective(
+        n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, key,
+        actor=n["actor"], critic=n["critic"], gamma=0.99,
+    )  # fmt: skip
+    next_action, next_log_prob = dist.sample_and_log_prob(
+        key, *nets.apply(n["actor"], n["actor_params"], b["next_obs"])
+    )
+    next_q = _loop_q(n["critic"], n["target_critic_params"], b["next_obs"], next_action)
+    target = b["reward"] + 0.99 * (~b["terminated"]).float() * (next_q.min(0).values - 0.2 * next_log_prob)
+    q = _loop_q(n["critic"], n["critic_params"], b["obs"], b["action"])
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-6)
+
+    actor_loss, metrics = C.sac_actor_objective(
+        n["actor_params"], n["critic_params"], 0.2, b, key, actor=n["actor"], critic=n["critic"]
+    )
+    action, log_prob = dist.sample_and_log_prob(key, *nets.apply(n["actor"], n["actor_params"], b["obs"]))
+    q_pi = _loop_q(n["critic"], n["critic_params"], b["obs"], action)
+    torch.testing.assert_close(actor_loss, (0.2 * log_prob - q_pi.min(0).values).mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(metrics["log_prob"], log_prob, rtol=1e-6, atol=1e-6)
+
+
+def test_sac_objective_gradients_reach_only_the_trained_params():
+    n, b, key = _networks(), _batch(2), random.key(3)
+    kwargs = {"actor": n["actor"], "critic": n["critic"]}
+    grads, (loss, _) = torch.func.grad_and_value(C.sac_critic_objective, has_aux=True)(
+        n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, key, gamma=0.99, **kwargs
+    )
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in tree.leaves(grads))
+    assert tree.structure(grads) == tree.structure(n["critic_params"])
+    # Actor loss through autograd: the critic params must not receive gradients.
+    critic_params = tree.map(lambda p: p.clone().requires_grad_(True), n["critic_params"])
+    actor_params = tree.map(lambda p: p.clone().requires_grad_(True), n["actor_params"])
+    loss, _ = C.sac_actor_objective(actor_params, critic_params, 0.2, b, key, **kwargs)
+    loss.backward()
+    assert all(p.grad is None for p in tree.leaves(critic_params))
+    assert all(torch.isfinite(p.grad).all() for p in tree.leaves(actor_params))
+
+
+def test_td3_objectives_equal_their_tensor_level_composition():
+    n, b, key = _networks(), _batch(3), random.key(11)
+    actor, critic = n["det_actor"], n["critic"]
+    loss, _ = C.td3_critic_objective(
+        n["critic_params"], n["det_actor_params"], n["target_critic_params"], b, key,
+        actor=actor, critic=critic, gamma=0.9, policy_noise=0.3, noise_clip=0.4,
+        action_low=-0.8, action_high=0.8,
+    )  # fmt: skip
+    noise = (random.normal(key, (BATCH, ACT_DIM)) * 0.3).clamp(-0.4, 0.4)
+    next_action = (nets.apply(actor, n["det_actor_params"], b["next_obs"]) + noise).clamp(-0.8, 0.8)
+    next_q = _loop_q(critic, n["target_critic_params"], b["next_obs"], next_action)
+    target = b["reward"] + 0.9 * (~b["terminated"]).float() * next_q.min(0).values
+    q = _loop_q(critic, n["critic_params"], b["obs"], b["action"])
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-6)
+
+    actor_loss, _ = C.td3_actor_objective(
+        n["det_actor_params"], n["critic_params"], b, actor=actor, critic=critic
+    )
+    q1 = nets.apply(
+        critic,
+        tree.index(n["critic_params"], 0),
+        b["obs"],
+        nets.apply(actor, n["det_actor_params"], b["obs"]),
+    )
+    torch.testing.assert_close(actor_loss, -q1.mean(), rtol=1e-6, atol=1e-6)
+
+
+def test_td3_delayed_actor_update_with_periodic_update():
+    old, new = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
+    policy_delay = 2
+    applied = [
+        tree.tree_equal(periodic_update(old, new, torch.tensor(step), policy_delay), new) for step in range(6)
+    ]
+    assert applied == [True, False, True, False, True, False]
+
+
+def test_ddpg_objectives_with_a_single_critic():
+    n, b = _networks(), _batch(4)
+    actor, critic = n["det_actor"], n["critic"]
+    critic_params = tree.index(n["critic_params"], 0)
+    target_params = tree.index(n["target_critic_params"], 1)
+    loss, _ = C.ddpg_critic_objective(
+        critic_params, n["det_actor_params"], target_params, b, actor=actor, critic=critic, gamma=0.95
+    )
+    next_q = nets.apply(
+        critic, target_params, b["next_obs"], nets.apply(actor, n["det_actor_params"], b["next_obs"])
+    )
+    target = b["reward"] + 0.95 * (~b["terminated"]).float() * next_q
+    q = nets.apply(critic, critic_params, b["obs"], b["action"])
+    torch.testing.assert_close(loss, ((q - target) ** 2).mean(), rtol=1e-5, atol=1e-6)
+    actor_loss, _ = C.ddpg_actor_objective(
+        n["det_actor_params"], critic_params, b, actor=actor, critic=critic
+    )
+    q_mu = nets.apply(critic, critic_params, b["obs"], nets.apply(actor, n["det_actor_params"], b["obs"]))
+    torch.testing.assert_close(actor_loss, -q_mu.mean())
+
+
+def test_redq_objective_uses_the_drawn_subset_of_target_critics():
+    n, b, key = _networks(num_critics=6), _batch(5), random.key(2)
+    loss, metrics = C.redq_critic_objective(
+        n["critic_params"], n["actor_params"], n["target_critic_params"], 0.1, b, key,
+        actor=n["actor"], critic=n["critic"], gamma=0.99, subset_size=3,
+    )  # fmt: skip
+    subset_key, action_key = random.split(key)
+    subset = C.redq_subset(subset_key, 6, 3)
+    torch.testing.assert_close(metrics["subset"], subset)
+    next_action, next_log_prob = nets.distributions.tanh_normal.sample_and_log_prob(
+        action_key, *nets.apply(n["actor"], n["actor_params"], b["next_obs"])
+    )
+    all_next_q = _loop_q(n["critic"], n["target_critic_params"], b["next_obs"], next_action)
+    target = b["reward"] + 0.99 * (~b["terminated"]).float() * C.redq_target_value(
+        all_next_q, subset, next_log_prob, 0.1
+    )
+    q = _loop_q(n["critic"], n["critic_params"], b["obs"], b["action"])
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-5)
+    actor_loss, _ = C.redq_actor_objective(
+        n["actor_params"], n["critic_params"], 0.1, b, key, actor=n["actor"], critic=n["critic"]
+    )
+    action, log_prob = nets.distributions.tanh_normal.sample_and_log_prob(
+        key, *nets.apply(n["actor"], n["actor_params"], b["obs"])
+    )
+    q_pi = _loop_q(n["critic"], n["critic_params"], b["obs"], action)
+    torch.testing.assert_close(actor_loss, (0.1 * log_prob - q_pi.mean(0)).mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_discrete_sac_objectives_on_networks():
+    keys = random.split(random.key(0), 2)
+    actor = nets.MLP(OBS_DIM, (16,), 4, "relu")
+    critic = nets.MLP(OBS_DIM, (16,), 4, "relu")
+    actor_params, critic_params = nets.init(actor, keys[0]), nets.init_ensemble(critic, keys[1], 2)
+    b = _batch(6)
+    b["action"] = torch.randint(0, 4, (BATCH,), generator=_gen(0))
+    loss, _ = C.discrete_sac_critic_objective(
+        critic_params, actor_params, critic_params, 0.3, b, actor=actor, critic=critic, gamma=0.9
+    )
+    next_v = C.discrete_soft_state_value(
+        _loop_q(critic, critic_params, b["next_obs"]), nets.apply(actor, actor_params, b["next_obs"]), 0.3
+    )
+    target = b["reward"] + 0.9 * (~b["terminated"]).float() * next_v
+    q = (
+        _loop_q(critic, critic_params, b["obs"])
+        .gather(-1, b["action"].expand(2, BATCH).unsqueeze(-1))
+        .squeeze(-1)
+    )
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-6)
+    actor_loss, metrics = C.discrete_sac_actor_objective(
+        actor_params, critic_params, 0.3, b, actor=actor, critic=critic
+    )
+    assert torch.isfinite(actor_loss) and metrics["log_prob"].shape == (BATCH,)
+
+
+def test_objectives_reject_incomplete_batches():
+    n, b = _networks(), _batch(0)
+    del b["terminated"]
+    with pytest.raises(ValueError, match="batch"):
+        C.sac_critic_objective(
+            n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, random.key(0),
+            actor=n["actor"], critic=n["critic"], gamma=0.99,
+        )  # fmt: skip
