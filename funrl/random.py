@@ -52,9 +52,11 @@ Shape = int | Sequence[int] | torch.Size
 def _as_shape(shape: Shape, name: str = "shape") -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
+    if isinstance(shape, (str, bytes)):
+        raise TypeError(f"{name}: expected an int or a sequence of ints, got {shape!r}")
     try:
         out = tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"{name}: expected an int or a sequence of ints, got {shape!r}") from None
     if any(s < 0 for s in out):
         raise ValueError(f"{name}: expected non-negative sizes, got {out}")
@@ -213,7 +215,8 @@ def uniform(
 
     For float32/float64 the unit floats in ``[0, 1)`` are bit-identical to JAX's. Scaling by
     ``u * (maxval - minval) + minval`` rounds twice here, while XLA fuses it into one
-    multiply-add, so for other bounds a value may differ from JAX's by one ulp.
+    multiply-add, so for other bounds a value may differ from JAX's by one ulp. A value that
+    rounds onto ``maxval`` is clamped to the float just below it (JAX would return ``maxval``).
     ``minval`` and ``maxval`` may be tensors broadcastable to ``shape``.
     """
     _check_key(key)
@@ -221,7 +224,12 @@ def uniform(
     shape = _as_shape(shape)
     u = _unit_uniform(key, shape, dtype)
     out = u * (maxval - minval) + minval
-    return torch.maximum(out, torch.as_tensor(minval, dtype=dtype, device=key.device))
+    low = torch.as_tensor(minval, dtype=dtype, device=key.device)
+    high = torch.as_tensor(maxval, dtype=dtype, device=key.device)
+    # Rounding in the scaling can land on maxval itself (numpy and JAX document this caveat);
+    # clamping to the float below it keeps the promised half-open interval.
+    below_high = torch.nextafter(high, torch.full_like(high, -math.inf))
+    return torch.maximum(torch.minimum(out, below_high), low)
 
 
 def normal(key: Key, shape: Shape = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
