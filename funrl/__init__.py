@@ -1,7 +1,7 @@
 """funrl: pure-functional reinforcement learning for PyTorch."""
 
-from funrl import control, nets, optim, random, tree
+from funrl import buffers, control, nets, optim, random, tree
 
 __version__ = "0.1.0"
 
-__all__ = ["control", "nets", "optim", "random", "tree", "__version__"]
+__all__ = ["buffers", "control", "nets", "optim", "random", "tree", "__version__"]

@@ -1,0 +1,29 @@
+"""Replay buffers as pure functions over pytrees of tensors (flashbax for PyTorch).
+
+``buf = flat(capacity)`` (or ``trajectory(...)``, ``prioritised(...)``) gives
+``Buffer(init, add, sample, can_sample)``::
+
+    state = buf.init(example_item)            # one item, no batch dim
+    state = buf.add(state, batch)             # leaves [B, ...]; donates `state` (in-place write)
+    sample = buf.sample(state, key, 256)      # Sample(items, indices, weights)
+
+``add`` writes into the storage of the state it receives and returns the state to use from then
+on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
+"""
+
+from funrl.buffers import without_replacement
+from funrl.buffers._core import Buffer, Sample, StaleStateError, copy_state
+from funrl.buffers.flat_buffer import FlatState, flat, items_in_order
+from funrl.buffers.without_replacement import minibatches
+
+__all__ = [
+    "Buffer",
+    "Sample",
+    "StaleStateError",
+    "copy_state",
+    "FlatState",
+    "flat",
+    "items_in_order",
+    "without_replacement",
+    "minibatches",
+]

@@ -1,0 +1,174 @@
+"""Shared pieces of every buffer: the ``Buffer`` / ``Sample`` tuples, the stale-state rule, checks.
+
+Donation rule (all buffers)
+---------------------------
+``add`` writes the new items into the storage tensors of the state it is given, in place (an
+``index_put_`` over the written rows only, so its cost is O(batch), not O(capacity)), and returns
+the state to use from then on. The storage is shared by every state derived from the same
+``init``, so an older state would see rows it does not account for. To make that loud rather than
+silent, each state carries ``count`` (items written so far, a fresh scalar per state) and
+``storage_count``, a 0-d tensor shared by all states of one storage and updated in place by every
+``add``. In eager mode, ``add``, ``sample`` and ``update_priorities`` compare the two and raise
+:class:`StaleStateError` when they differ. Under ``torch.compile`` or ``torch.func`` transforms
+the comparison (a host sync) is skipped; the counters are still advanced, so the next eager call
+on a stale state still raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import optree
+import torch
+
+__all__ = ["Buffer", "Sample", "StaleStateError"]
+
+Tree = Any
+_NAMESPACE = "funrl"
+
+
+class Buffer(NamedTuple):
+    """A buffer's pure functions (flashbax's shape).
+
+    ``state = init(example_item)``; ``state = add(state, batch)`` (donates ``state``);
+    ``sample(state, key, batch_size) -> Sample``; ``can_sample(state) -> bool tensor``.
+    """
+
+    init: Callable[..., Any]
+    add: Callable[..., Any]
+    sample: Callable[..., Any]
+    can_sample: Callable[..., Any]
+
+
+class Sample(NamedTuple):
+    """What ``sample`` returns.
+
+    items:   the sampled pytree, leaves ``[batch_size, ...]`` (``[batch_size, L, ...]`` for
+             trajectory buffers).
+    indices: int64 ``[batch_size]``, the storage positions sampled (what ``update_priorities``
+             takes).
+    weights: float32 ``[batch_size]``, importance weights (all ones for uniform buffers).
+    """
+
+    items: Any
+    indices: torch.Tensor
+    weights: torch.Tensor
+
+
+class StaleStateError(RuntimeError):
+    """A buffer state was used after ``add`` returned a newer one for the same storage."""
+
+
+def in_transform() -> bool:
+    """True while ``torch.compile`` traces or a ``torch.func`` transform (vmap, grad) is active.
+
+    Value-dependent checks (host syncs) run only when this is False.
+    """
+    return torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None
+
+
+def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> None:
+    """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter."""
+    if in_transform():
+        return
+    if not bool(torch.equal(count, storage_count)):
+        raise StaleStateError(
+            f"{fn}: state is stale: it accounts for {int(count)} items written but its storage has "
+            f"{int(storage_count)}; `add` writes in place and returns the state to use from then on "
+            "(use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
+        )
+
+
+def path_str(path: tuple[Any, ...]) -> str:
+    return "item" + "".join(f"[{p!r}]" for p in path)
+
+
+def flatten_with_path(tree: Tree) -> tuple[list[tuple[Any, ...]], list[Any], optree.PyTreeSpec]:
+    return optree.tree_flatten_with_path(tree, none_is_leaf=False, namespace=_NAMESPACE)
+
+
+def check_example(example: Tree, name: str = "example_item") -> None:
+    """Every leaf of ``example`` must be a tensor."""
+    paths, leaves, _ = flatten_with_path(example)
+    if not leaves:
+        raise ValueError(f"{name}: expected a pytree with at least one tensor leaf, got {example!r}")
+    for path, leaf in zip(paths, leaves, strict=True):
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(
+                f"{name}: leaf {path_str(path)} expected a torch.Tensor, got {type(leaf).__name__}"
+            )
+
+
+def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch") -> tuple[int, ...]:
+    """Check ``batch`` against ``storage`` (same structure, dtypes, trailing shapes); return its batch dims.
+
+    ``storage`` leaves are ``[*storage_dims, *item_shape]`` with ``batch_ndim`` storage dims;
+    ``batch`` leaves must be ``[*batch_dims, *item_shape]`` with the same ``batch_dims`` across
+    leaves. Static checks only (shapes, dtypes), so they are free under ``torch.compile``.
+    """
+    s_paths, s_leaves, s_spec = flatten_with_path(storage)
+    b_paths, b_leaves, b_spec = flatten_with_path(batch)
+    if b_spec != s_spec:
+        missing = [path_str(p) for p in s_paths if p not in set(b_paths)]
+        extra = [path_str(p) for p in b_paths if p not in set(s_paths)]
+        raise ValueError(
+            f"{name}: expected the tree structure given to init, {s_spec}, got {b_spec} "
+            f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
+        )
+    dims: tuple[int, ...] | None = None
+    first_path = None
+    for path, leaf, stored in zip(s_paths, b_leaves, s_leaves, strict=True):
+        where = f"{name}: leaf {path_str(path)}"
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
+        if leaf.dtype != stored.dtype:
+            raise TypeError(f"{where} expected dtype {stored.dtype} (as given to init), got {leaf.dtype}")
+        item_shape = tuple(stored.shape[batch_ndim:])
+        if leaf.dim() != batch_ndim + len(item_shape) or tuple(leaf.shape[batch_ndim:]) != item_shape:
+            raise ValueError(
+                f"{where} expected shape [{batch_ndim} leading batch dim(s), *{list(item_shape)}], "
+                f"got {list(leaf.shape)}"
+            )
+        if dims is None:
+            dims, first_path = tuple(leaf.shape[:batch_ndim]), path
+        elif tuple(leaf.shape[:batch_ndim]) != dims:
+            raise ValueError(
+                f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
+                f"{path_str(first_path)} has {list(dims)}; all leaves must agree"
+            )
+        if leaf.device != stored.device:
+            raise ValueError(f"{where} expected device {stored.device}, got {leaf.device}")
+    assert dims is not None
+    return dims
+
+
+def check_batch_size(batch_size: int, name: str = "batch_size") -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"{name}: expected a positive int, got {batch_size!r}")
+
+
+def check_capacity(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+def tree_map(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
+    return optree.tree_map(fn, tree, *rest, none_is_leaf=False, namespace=_NAMESPACE)
+
+
+def write_rows(storage: Tree, index: tuple[torch.Tensor, ...], batch: Tree) -> None:
+    """``storage[index] = batch`` leaf-wise, in place (``index_put_``: has a vmap batching rule)."""
+    tree_map(lambda s, b: s.index_put_(index, b), storage, batch)
+
+
+def gather_rows(storage: Tree, index: tuple[torch.Tensor, ...]) -> Tree:
+    return tree_map(lambda s: s[index], storage)
+
+
+def copy_state(state: Tree) -> Tree:
+    """An independent deep copy of a buffer state (new storage, new shared counter).
+
+    ``add`` donates its input; copy first when an older snapshot must stay usable.
+    """
+    return tree_map(torch.clone, state)

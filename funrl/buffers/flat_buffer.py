@@ -1,0 +1,133 @@
+"""Uniform replay of single items (transitions) in a circular storage of fixed capacity.
+
+Behaviour follows flashbax's flat buffer (``flashbax/buffers/flat_buffer.py``), with items
+stored whole (a transition carries its own ``next_obs``) and ``add`` donating its input state
+(see :mod:`funrl.buffers._core` for the stale-state rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from funrl import random as frandom
+from funrl.buffers._core import (
+    Buffer,
+    Sample,
+    check_batch,
+    check_batch_size,
+    check_capacity,
+    check_example,
+    check_fresh,
+    gather_rows,
+    in_transform,
+    tree_map,
+    write_rows,
+)
+
+__all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
+
+
+class FlatState(NamedTuple):
+    """State of a flat buffer.
+
+    experience:    the item pytree with leaves ``[capacity, *item_shape]``; row ``count %
+                   capacity`` is written next.
+    count:         int64 scalar, items added so far (the write head is ``count % capacity``,
+                   the fill ``min(count, capacity)``).
+    storage_count: int64 scalar shared by every state of this storage, advanced in place by
+                   ``add`` (the stale-state check compares it with ``count``).
+    """
+
+    experience: Any
+    count: torch.Tensor
+    storage_count: torch.Tensor
+
+
+@dataclass(frozen=True)
+class FlatConfig:
+    capacity: int
+    min_length: int
+
+
+def _init(config: FlatConfig, example_item: Any) -> FlatState:
+    check_example(example_item)
+    experience = tree_map(
+        lambda x: torch.zeros((config.capacity, *x.shape), dtype=x.dtype, device=x.device), example_item
+    )
+    leaf = torch.utils._pytree.tree_leaves(experience)[0]
+    zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
+    return FlatState(experience=experience, count=zero.clone(), storage_count=zero.clone())
+
+
+def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
+    (batch_size,) = check_batch(batch, state.experience, batch_ndim=1)
+    check_fresh(state.count, state.storage_count, "add")
+    capacity = config.capacity
+    if batch_size > capacity:
+        # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
+        skipped = batch_size - capacity
+        batch = tree_map(lambda x: x[skipped:], batch)
+        start = state.count + skipped
+        written = capacity
+    else:
+        start = state.count
+        written = batch_size
+    rows = torch.remainder(start + torch.arange(written, device=state.count.device), capacity)
+    write_rows(state.experience, (rows,), batch)
+    new_count = state.count + batch_size
+    state.storage_count.copy_(new_count)
+    return state._replace(count=new_count)
+
+
+def _can_sample(config: FlatConfig, state: FlatState) -> torch.Tensor:
+    return state.count >= config.min_length
+
+
+def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size: int) -> Sample:
+    check_batch_size(batch_size)
+    check_fresh(state.count, state.storage_count, "sample")
+    if not in_transform() and not bool(_can_sample(config, state)):
+        raise ValueError(
+            f"sample: the buffer holds {int(state.count)} items, fewer than min_length="
+            f"{config.min_length}; check can_sample(state) before sampling"
+        )
+    # clamp: never a zero range inside a compiled graph (eager raised above).
+    filled = torch.clamp(state.count, min=1, max=config.capacity)
+    indices = frandom.randint(key, (batch_size,), 0, filled)
+    items = gather_rows(state.experience, (indices,))
+    weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)
+    return Sample(items=items, indices=indices, weights=weights)
+
+
+def flat(capacity: int, min_length: int = 1) -> Buffer:
+    """A uniform circular replay buffer of ``capacity`` items.
+
+    ``init(example_item)`` allocates ``[capacity, ...]`` zeros per leaf of one example item (no
+    batch dim). ``add(state, batch)`` takes leaves ``[B, ...]`` and keeps the last ``capacity``
+    items ever added; it writes in place and returns the state to use from then on (an older
+    state raises :class:`~funrl.buffers.StaleStateError` in eager mode). ``sample(state, key,
+    batch_size)`` draws ``batch_size`` stored items uniformly with replacement; ``weights`` are
+    ones. ``can_sample(state)`` is ``count >= min_length``; in eager mode ``sample`` raises
+    ``ValueError`` before that.
+    """
+    check_capacity(capacity, "capacity")
+    check_capacity(min_length, "min_length")
+    config = FlatConfig(capacity=capacity, min_length=min_length)
+    return Buffer(
+        init=lambda example_item: _init(config, example_item),
+        add=lambda state, batch: _add(config, state, batch),
+        sample=lambda state, key, batch_size: _sample(config, state, key, batch_size),
+        can_sample=lambda state: _can_sample(config, state),
+    )
+
+
+def items_in_order(state: FlatState) -> Any:
+    """The stored items, oldest first (leaves ``[min(count, capacity), ...]``); eager helper."""
+    capacity = torch.utils._pytree.tree_leaves(state.experience)[0].shape[0]
+    count = int(state.count)
+    filled = min(count, capacity)
+    rows = torch.remainder(torch.arange(count - filled, count), capacity)
+    return gather_rows(state.experience, (rows,))
