@@ -755,9 +755,10 @@ def cosine_decay_schedule(
 
     def schedule(count: torch.Tensor) -> torch.Tensor:
         count = _check_count(count)
-        progress = torch.clamp(count, max=decay_steps).to(torch.float32) / decay_steps
-        # (1 + cos x) / 2 == cos(x / 2)^2, without cancellation near the end of the decay.
-        cosine = torch.cos(progress * (math.pi / 2)) ** 2
+        remaining = (decay_steps - torch.clamp(count, 0, decay_steps)).to(torch.float32) / decay_steps
+        # (1 + cos(pi t / T)) / 2 == sin(pi (T - t) / (2 T))^2: no cancellation near the end, and
+        # sin is well conditioned on [0, pi/2], so float32 keeps its precision throughout.
+        cosine = torch.sin(remaining * (math.pi / 2)) ** 2
         return init_value * ((1 - alpha) * cosine**exponent + alpha)
 
     return schedule
