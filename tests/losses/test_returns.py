@@ -166,13 +166,16 @@ rates = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])
 # ------------------------------------------------------------------------------------------
 
 
-@given(batches)
-def test_log_depth_recurrence_equals_reverse_loop(batch):
+@given(batches, st.sampled_from([2, 3, 4, 16]))
+def test_log_depth_recurrence_equals_reverse_loop(batch, block):
+    # Small blocks exercise padding and several levels of the two-level recursion.
     seed, length, envs = batch
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(length, envs, generator=g, dtype=DTYPE)
     b = torch.rand(length, envs, generator=g, dtype=DTYPE) * (torch.rand(length, envs, generator=g) > 0.2)
-    torch.testing.assert_close(reverse_linear_recurrence(a, b), reverse_linear_recurrence_loop(a, b))
+    expected = reverse_linear_recurrence_loop(a, b)
+    torch.testing.assert_close(reverse_linear_recurrence(a, b, block), expected)
+    torch.testing.assert_close(reverse_linear_recurrence(a[:, 0], b[:, 0], block), expected[:, 0])
 
 
 def test_recurrence_underflow_stays_finite_and_exact():
@@ -187,6 +190,14 @@ def test_recurrence_underflow_stays_finite_and_exact():
     torch.testing.assert_close(
         reverse_linear_recurrence(a.double(), b.double()),
         reverse_linear_recurrence_loop(a.double(), b.double()),
+    )
+    # Long float32 windows stay within float32 rounding of the float64 loop.
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(1000, 5, generator=g, dtype=DTYPE)
+    b = 0.99 * (torch.rand(1000, 5, generator=g, dtype=DTYPE) > 0.01)
+    expected = reverse_linear_recurrence_loop(a, b)
+    torch.testing.assert_close(
+        reverse_linear_recurrence(a.float(), b.float()).double(), expected, rtol=1e-4, atol=1e-4
     )
 
 
