@@ -81,6 +81,8 @@ __all__ = [
     "redq_actor_objective",
     "discrete_sac_critic_objective",
     "discrete_sac_actor_objective",
+    "crossq_critic_objective",
+    "crossq_actor_objective",
 ]
 
 Scalar = float | torch.Tensor
@@ -761,3 +763,74 @@ def discrete_sac_actor_objective(
     obs = _unpack(batch)[0]
     q = ensemble_q(critic, _detach(critic_params), obs)
     return discrete_sac_actor_loss(q, nets.apply(actor, actor_params, obs), alpha)
+
+
+def _check_mode(critic: nn.Module, training: bool, use: str) -> None:
+    if critic.training != training:
+        mode = "training" if training else "eval"
+        raise ValueError(
+            f"critic: expected a skeleton in {mode} mode for the {use} (call .train({training}) on a "
+            f"skeleton of its own), got one in {'training' if critic.training else 'eval'} mode"
+        )
+
+
+def crossq_critic_objective(
+    critic_params: Params,
+    critic_buffers: Params,
+    actor_params: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    gamma: Scalar,
+    distance: str = "l2",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CrossQ critic loss: a batch-norm critic ensemble, no target network (Bhatt et al. 2024).
+
+    ``(s, a)`` and ``(s', a' ~ pi(s'))`` go through the critics as one joint batch of ``2B``, so
+    batch normalisation normalises both with the same statistics; the ``s'`` half gives the
+    (detached) soft Bellman target. ``critic`` must be a skeleton in training mode.
+
+    Args:
+      critic_params: stacked critic parameters ``[E, ...]``.
+      critic_buffers: stacked batch-norm buffers ``[E, ...]`` (``funrl.nets.init_buffers`` stacked).
+        They are not modified: the updated running statistics come back as
+        ``metrics["critic_buffers"]``; carry those forward.
+    """
+    _check_mode(critic, True, "critic loss")
+    obs, action, reward, next_obs, terminated = _unpack(batch)
+    next_action, next_log_prob = _sample_policy(actor, _detach(actor_params), next_obs, key)
+    # Batch norm updates running statistics in place: work on copies so the inputs stay untouched.
+    buffers = tree.map(torch.clone, critic_buffers)
+    joint_q = ensemble_q(
+        critic, {**critic_params, **buffers}, torch.cat([obs, next_obs]), torch.cat([action, next_action])
+    )
+    q, next_q = joint_q.split(obs.shape[0], dim=1)
+    target = crossq_target(reward, terminated, next_q, next_log_prob, gamma, alpha)
+    loss, metrics = ensemble_critic_loss(q, target, distance)
+    return loss, {**metrics, "critic_buffers": _detach(buffers)}
+
+
+def crossq_actor_objective(
+    actor_params: Params,
+    critic_params: Params,
+    critic_buffers: Params,
+    alpha: Scalar,
+    batch: Mapping[str, torch.Tensor],
+    key: torch.Tensor,
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CrossQ actor loss: SAC's, with the critics in eval mode (running statistics), as TorchRL does.
+
+    ``critic`` must be a skeleton in eval mode (a second skeleton of the same critic class).
+    """
+    _check_mode(critic, False, "actor loss")
+    obs = _unpack(batch)[0]
+    action, log_prob = _sample_policy(actor, actor_params, obs, key)
+    q = ensemble_q(critic, {**_detach(critic_params), **critic_buffers}, obs, action)
+    loss, metrics = sac_actor_loss(q, log_prob, alpha)
+    return loss, {**metrics, "log_prob": log_prob.detach()}

@@ -14,7 +14,7 @@ from torch import nn
 
 from funrl import nets, random, tree
 from funrl.losses import continuous as C
-from funrl.losses.target import periodic_update
+from funrl.losses.target import periodic_update, polyak
 
 seeds = st.integers(0, 2**16)
 ensemble_sizes = st.integers(1, 5)
@@ -576,3 +576,108 @@ def test_objectives_reject_incomplete_batches():
             n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, random.key(0),
             actor=n["actor"], critic=n["critic"], gamma=0.99,
         )  # fmt: skip
+
+
+class _BatchNormQ(nn.Module):
+    """A small CrossQ-style critic: batch norm on the input and the hidden layer."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.device("meta"):
+            self.net = nn.Sequential(
+                nn.BatchNorm1d(OBS_DIM + ACT_DIM, momentum=0.01),
+                nn.Linear(OBS_DIM + ACT_DIM, 16),
+                nn.BatchNorm1d(16, momentum=0.01),
+                nn.ReLU(),
+                nn.Linear(16, 1),
+            )
+
+    def forward(self, obs, action):
+        return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+
+
+def test_crossq_objectives_joint_batch_norm_forward_and_pure_buffers():
+    n, b, key = _networks(), _batch(7), random.key(5)
+    critic, critic_eval = _BatchNormQ(), _BatchNormQ().eval()
+    params = nets.init_ensemble(critic, random.key(1), 2)
+    buffers = tree.stack([nets.init_buffers(critic)] * 2)
+    buffers_before = tree.map(torch.clone, buffers)
+    loss, metrics = C.crossq_critic_objective(
+        params, buffers, n["actor_params"], 0.2, b, key, actor=n["actor"], critic=critic, gamma=0.99
+    )
+    assert tree.tree_equal(buffers, buffers_before)  # inputs untouched
+    # Reference: per-member functional_call on the joint batch, buffers updated on copies.
+    next_action, next_log_prob = nets.distributions.tanh_normal.sample_and_log_prob(
+        key, *nets.apply(n["actor"], n["actor_params"], b["next_obs"])
+    )
+    joint_obs, joint_action = torch.cat([b["obs"], b["next_obs"]]), torch.cat([b["action"], next_action])
+    q_members, new_buffers = [], []
+    for p, buf in zip(tree.unstack(params), tree.unstack(buffers), strict=True):
+        buf = tree.map(torch.clone, buf)
+        q_members.append(nets.apply(critic, {**p, **buf}, joint_obs, joint_action))
+        new_buffers.append(buf)
+    q, next_q = torch.stack(q_members).split(BATCH, dim=1)
+    target = b["reward"] + 0.99 * (~b["terminated"]).float() * (next_q.min(0).values - 0.2 * next_log_prob)
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-5)
+    assert tree.tree_allclose(metrics["critic_buffers"], tree.stack(new_buffers), rtol=1e-6, atol=1e-7)
+    assert not tree.tree_allclose(metrics["critic_buffers"], buffers)  # statistics moved
+    actor_loss, _ = C.crossq_actor_objective(
+        n["actor_params"],
+        params,
+        metrics["critic_buffers"],
+        0.2,
+        b,
+        key,
+        actor=n["actor"],
+        critic=critic_eval,
+    )
+    assert torch.isfinite(actor_loss)
+    with pytest.raises(ValueError, match="critic.*training mode"):
+        C.crossq_critic_objective(
+            params, buffers, n["actor_params"], 0.2, b, key, actor=n["actor"], critic=critic_eval, gamma=0.99
+        )
+    with pytest.raises(ValueError, match="critic.*eval mode"):
+        C.crossq_actor_objective(
+            n["actor_params"], params, buffers, 0.2, b, key, actor=n["actor"], critic=critic
+        )
+
+
+def _sac_sgd_step(actor_params, critic_params, target_critic_params, log_alpha, batch, key, actor, critic):
+    """One full SAC update with plain SGD (critic, actor, temperature, polyak): a pure function."""
+    critic_key, actor_key = random.split(key)
+    alpha = log_alpha.exp()
+    critic_grads, (critic_loss, _) = torch.func.grad_and_value(C.sac_critic_objective, has_aux=True)(
+        critic_params, actor_params, target_critic_params, alpha, batch, critic_key,
+        actor=actor, critic=critic, gamma=0.99,
+    )  # fmt: skip
+    critic_params = tree.map(lambda p, g: p - 1e-2 * g, critic_params, critic_grads)
+    actor_grads, (actor_loss, metrics) = torch.func.grad_and_value(C.sac_actor_objective, has_aux=True)(
+        actor_params, critic_params, alpha, batch, actor_key, actor=actor, critic=critic
+    )
+    actor_params = tree.map(lambda p, g: p - 1e-2 * g, actor_params, actor_grads)
+    alpha_grad, (alpha_loss, _) = torch.func.grad_and_value(C.sac_temperature_loss, has_aux=True)(
+        log_alpha, metrics["log_prob"], -float(ACT_DIM)
+    )
+    log_alpha = log_alpha - 1e-2 * alpha_grad
+    target_critic_params = polyak(target_critic_params, critic_params, 0.005)
+    losses = torch.stack([critic_loss, actor_loss, alpha_loss])
+    return actor_params, critic_params, target_critic_params, log_alpha, losses
+
+
+@pytest.mark.slow
+def test_sac_update_compiled_equals_eager():
+    n, b = _networks(), _batch(8)
+    args = (
+        n["actor_params"],
+        n["critic_params"],
+        n["target_critic_params"],
+        torch.tensor(0.0),
+        b,
+        random.key(9),
+    )
+    eager = _sac_sgd_step(*args, n["actor"], n["critic"])
+    compiled = torch.compile(_sac_sgd_step, fullgraph=True)(*args, n["actor"], n["critic"])
+    assert tree.tree_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    # Purity: the same inputs give the same outputs, and the step did change the params.
+    assert tree.tree_allclose(_sac_sgd_step(*args, n["actor"], n["critic"]), eager, rtol=0, atol=0)
+    assert not tree.tree_allclose(eager[1], n["critic_params"])
