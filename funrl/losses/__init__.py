@@ -47,6 +47,18 @@ from funrl.losses.returns import (
     vtrace,
 )
 from funrl.losses.target import hard_update, periodic_update, polyak
+from funrl.losses.value_based import (
+    c51_loss,
+    categorical_projection,
+    categorical_q_learning_target,
+    double_q_learning_target,
+    dqn_loss,
+    n_step_q_targets,
+    q_learning_target,
+    qr_dqn_loss,
+    quantile_huber_loss,
+    quantile_q_learning_target,
+)
 
 __all__ = [
     # returns
@@ -57,6 +69,17 @@ __all__ = [
     "retrace",
     "td_error",
     "vtrace",
+    # value_based
+    "c51_loss",
+    "categorical_projection",
+    "categorical_q_learning_target",
+    "double_q_learning_target",
+    "dqn_loss",
+    "n_step_q_targets",
+    "q_learning_target",
+    "qr_dqn_loss",
+    "quantile_huber_loss",
+    "quantile_q_learning_target",
     # policy_gradient
     "a2c_loss",
     "normalize_advantages",
