@@ -171,9 +171,38 @@ def _log_abs_det_tanh(u: torch.Tensor) -> torch.Tensor:
     return 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
 
 
-# Gauss-Hermite rule for E[f(u)], u ~ N(m, s^2): sum_i w_i f(m + sqrt(2) s x_i) / sqrt(pi).
-_GH_POINTS = 64
-_GH_NODES, _GH_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.hermite.hermgauss(_GH_POINTS))
+# E[f(u)] for u ~ N(m, s^2) and f(u) = log(1 - tanh(u)^2) = -2 log cosh(u): two rules, each exact to
+# ~1e-10 where it is used. For s <= 1, 64-point Gauss-Hermite in the standardised variable. For s > 1
+# the integrand varies faster than the density (poles of log cosh at u = i pi/2 sit at distance
+# pi / (2 s) in standardised units, which ruins Gauss-Hermite), so split f = 2 log 2 - 2|u| + r(u):
+# E|u| has a closed form (the folded normal's mean) and r(u) = -2 log(1 + exp(-2|u|)) is negligible
+# beyond |u| = 12 and smooth on each half-line, where Gauss-Legendre integrates r(u) * density.
+_GH_NODES, _GH_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.hermite.hermgauss(64))
+_GL_HALF_WIDTH = 12.0
+_GL_NODES, _GL_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.legendre.leggauss(64))
+
+
+def _expected_log_det_tanh(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``E[log(1 - tanh(u)^2)]`` for ``u ~ N(loc, scale^2)``, elementwise (see the rules above)."""
+    as_data = dict(device=loc.device, dtype=loc.dtype)
+    # Narrow: Gauss-Hermite, sum_i w_i f(m + sqrt(2) s x_i) / sqrt(pi). Scales are clamped into each
+    # rule's range so that the branch not taken stays finite (and so do its gradients).
+    narrow = scale.clamp(max=1.0)
+    u = loc.unsqueeze(-1) + math.sqrt(2.0) * narrow.unsqueeze(-1) * _GH_NODES.to(**as_data)
+    gauss_hermite = (_log_abs_det_tanh(u) * _GH_WEIGHTS.to(**as_data)).sum(-1) / math.sqrt(math.pi)
+    # Wide: closed-form E|u| plus Gauss-Legendre for the remainder on [0, 12] and [-12, 0].
+    wide = scale.clamp(min=1.0)
+    standardised_loc = loc / wide
+    folded_mean = wide * math.sqrt(2.0 / math.pi) * torch.exp(-0.5 * standardised_loc.square())
+    folded_mean = folded_mean + loc * torch.erf(standardised_loc / math.sqrt(2.0))
+    half = 0.5 * _GL_HALF_WIDTH * (_GL_NODES.to(**as_data) + 1.0)  # nodes on [0, 12]
+    nodes = torch.cat([half, -half])
+    weights = 0.5 * _GL_HALF_WIDTH * _GL_WEIGHTS.to(**as_data).repeat(2)
+    z = (nodes - loc.unsqueeze(-1)) / wide.unsqueeze(-1)
+    density = torch.exp(-0.5 * z.square()) / (math.sqrt(2.0 * math.pi) * wide.unsqueeze(-1))
+    remainder = -2.0 * F.softplus(-2.0 * nodes.abs())
+    gauss_legendre = 2.0 * _LOG_2 - 2.0 * folded_mean + (remainder * density * weights).sum(-1)
+    return torch.where(scale <= 1.0, gauss_hermite, gauss_legendre)
 
 
 class TanhNormal:
@@ -188,11 +217,11 @@ class TanhNormal:
     density maximum, which moves inwards for large ``scale``).
 
     ``entropy`` has no closed form. It is computed as ``H = sum_d [H(N(loc_d, scale_d)) +
-    E log(1 - tanh(u_d)^2)]`` (exact, by independence across dims), with each 1-D expectation taken by
-    64-point Gauss-Hermite quadrature: deterministic, differentiable, no key. The integrand is smooth
-    on the scale of 1, so the rule is accurate to better than 1e-5 nats per dim for ``scale <= 2`` and
-    degrades slowly beyond (about 1e-3 at ``scale = 10``); tests check it against dense numerical
-    integration.
+    E log(1 - tanh(u_d)^2)]`` (exact, by independence across dims), each 1-D expectation by fixed
+    quadrature (Gauss-Hermite for ``scale <= 1``; for wider Gaussians a closed-form ``E|u|`` plus
+    Gauss-Legendre for the remainder, see ``_expected_log_det_tanh``): deterministic, differentiable,
+    no key. In float64 it agrees with dense numerical integration to 1e-9 nats per dim for scales from
+    0.01 to 50 (tested).
     """
 
     @staticmethod
@@ -211,13 +240,10 @@ class TanhNormal:
 
     @staticmethod
     def entropy(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """Gaussian entropy plus the expected log-Jacobian (Gauss-Hermite, see the class docstring)."""
+        """Gaussian entropy plus the expected log-Jacobian (by quadrature, see the class docstring)."""
         shape = Normal._check(loc, scale)
         loc, scale = loc.expand(shape), scale.expand(shape)
-        nodes = _GH_NODES.to(device=loc.device, dtype=loc.dtype)
-        weights = _GH_WEIGHTS.to(device=loc.device, dtype=loc.dtype) / math.sqrt(math.pi)
-        u = loc.unsqueeze(-1) + math.sqrt(2.0) * scale.unsqueeze(-1) * nodes
-        expected_log_det = (_log_abs_det_tanh(u) * weights).sum(-1)
+        expected_log_det = _expected_log_det_tanh(loc, scale)
         return (0.5 + _HALF_LOG_2PI + torch.log(scale) + expected_log_det).sum(-1)
 
     @staticmethod
