@@ -596,6 +596,28 @@ def test_apply_errors_name_the_problem():
         nets.apply(mlp, {**params, "2.bias": [0.0, 0.0]}, x)
 
 
+class _TiedAutoencoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(6, 3, bias=False)
+        self.decoder = nn.Linear(3, 6, bias=False)
+        self.decoder.weight = self.encoder.weight  # shape [3, 6] used transposed below
+
+    def forward(self, x):
+        return torch.nn.functional.linear(self.encoder(x), self.decoder.weight.T)
+
+
+def test_tied_parameters_appear_once_and_stay_tied():
+    skeleton = nets.skeleton(_TiedAutoencoder)
+    params = nets.init(skeleton, KEY, inits.orthogonal())
+    assert list(params) == ["encoder.weight"]
+    x = torch.randn(4, 6)
+    w = params["encoder.weight"]
+    torch.testing.assert_close(nets.apply(skeleton, params, x), x @ w.T @ w)
+    grads = torch.func.grad(lambda p: nets.apply(skeleton, p, x).square().sum())(params)
+    assert list(grads) == ["encoder.weight"]
+
+
 def test_subparams_errors():
     with pytest.raises(ValueError, match="prefix: no entry of params lies under 'actor'"):
         nets.subparams({"critic.0.weight": torch.zeros(1)}, "actor")

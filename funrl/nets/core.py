@@ -349,9 +349,9 @@ def init_ensemble(
     """``n`` independent parameter sets stacked on a leading dimension.
 
     Member ``i`` equals ``init(module, split(key, n)[i], ...)``. With ``use_vmap`` (default) all
-    members are drawn in one ``torch.func.vmap`` over the keys (one QR batch instead of ``n``);
-    otherwise a Python loop and ``funrl.tree.stack``. Either way every leaf is a contiguous tensor of
-    its own (no broadcast views), safe for in-place optimiser updates.
+    members are drawn in one ``torch.func.vmap`` over the keys (batched ops, e.g. one batched QR for
+    orthogonal weights); otherwise a Python loop and ``funrl.tree.stack``. Either way every leaf is
+    a contiguous tensor of its own (no broadcast views), safe for in-place optimiser updates.
     """
     _check_module(module)
     random._check_key(key)
