@@ -11,9 +11,16 @@
 on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
 """
 
-from funrl.buffers import without_replacement
+from funrl.buffers import sum_tree, without_replacement
 from funrl.buffers._core import Buffer, Sample, StaleStateError, copy_state
 from funrl.buffers.flat_buffer import FlatState, flat, items_in_order
+from funrl.buffers.prioritised_buffer import (
+    PrioritisedBuffer,
+    PrioritisedState,
+    prioritised,
+    prioritised_trajectory,
+)
+from funrl.buffers.trajectory_buffer import TrajectoryState, trajectory
 from funrl.buffers.without_replacement import minibatches
 
 __all__ = [
@@ -24,6 +31,13 @@ __all__ = [
     "FlatState",
     "flat",
     "items_in_order",
+    "TrajectoryState",
+    "trajectory",
+    "PrioritisedBuffer",
+    "PrioritisedState",
+    "prioritised",
+    "prioritised_trajectory",
+    "sum_tree",
     "without_replacement",
     "minibatches",
 ]

@@ -7,11 +7,14 @@ Donation rule (all buffers)
 the state to use from then on. The storage is shared by every state derived from the same
 ``init``, so an older state would see rows it does not account for. To make that loud rather than
 silent, each state carries ``count`` (items written so far, a fresh scalar per state) and
-``storage_count``, a 0-d tensor shared by all states of one storage and updated in place by every
-``add``. In eager mode, ``add``, ``sample`` and ``update_priorities`` compare the two and raise
+``storage_count``, a 1-element tensor shared by all states of one storage and updated in place by
+every ``add``. In eager mode, ``add``, ``sample`` and ``update_priorities`` compare the two and raise
 :class:`StaleStateError` when they differ. Under ``torch.compile`` or ``torch.func`` transforms
 the comparison (a host sync) is skipped; the counters are still advanced, so the next eager call
 on a stale state still raises.
+
+Shared cells are shape ``[1]``, not 0-d: torch 2.13's inductor drops an in-place ``copy_`` of
+``maximum(cell, x.max())`` into a 0-d graph input (the result is lost), which shape ``[1]`` avoids.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
     """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter."""
     if in_transform():
         return
-    if not bool(torch.equal(count, storage_count)):
+    if not bool((count == storage_count).all()):
         raise StaleStateError(
             f"{fn}: state is stale: it accounts for {int(count)} items written but its storage has "
             f"{int(storage_count)}; `add` writes in place and returns the state to use from then on "

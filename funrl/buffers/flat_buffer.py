@@ -21,6 +21,7 @@ from funrl.buffers._core import (
     check_capacity,
     check_example,
     check_fresh,
+    flatten_with_path,
     gather_rows,
     in_transform,
     tree_map,
@@ -37,7 +38,7 @@ class FlatState(NamedTuple):
                    capacity`` is written next.
     count:         int64 scalar, items added so far (the write head is ``count % capacity``,
                    the fill ``min(count, capacity)``).
-    storage_count: int64 scalar shared by every state of this storage, advanced in place by
+    storage_count: int64 ``[1]`` shared by every state of this storage, advanced in place by
                    ``add`` (the stale-state check compares it with ``count``).
     """
 
@@ -57,15 +58,15 @@ def _init(config: FlatConfig, example_item: Any) -> FlatState:
     experience = tree_map(
         lambda x: torch.zeros((config.capacity, *x.shape), dtype=x.dtype, device=x.device), example_item
     )
-    leaf = torch.utils._pytree.tree_leaves(experience)[0]
+    leaf = flatten_with_path(experience)[1][0]
     zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
-    return FlatState(experience=experience, count=zero.clone(), storage_count=zero.clone())
+    return FlatState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
 
 
-def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
+def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``batch`` and write it at the head in place; returns ``(new_count, rows_written)``."""
     (batch_size,) = check_batch(batch, state.experience, batch_ndim=1)
     check_fresh(state.count, state.storage_count, "add")
-    capacity = config.capacity
     if batch_size > capacity:
         # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
         skipped = batch_size - capacity
@@ -79,6 +80,11 @@ def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
     write_rows(state.experience, (rows,), batch)
     new_count = state.count + batch_size
     state.storage_count.copy_(new_count)
+    return new_count, rows
+
+
+def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
+    new_count, _ = write_items(config.capacity, state, batch)
     return state._replace(count=new_count)
 
 
@@ -126,7 +132,7 @@ def flat(capacity: int, min_length: int = 1) -> Buffer:
 
 def items_in_order(state: FlatState) -> Any:
     """The stored items, oldest first (leaves ``[min(count, capacity), ...]``); eager helper."""
-    capacity = torch.utils._pytree.tree_leaves(state.experience)[0].shape[0]
+    capacity = flatten_with_path(state.experience)[1][0].shape[0]
     count = int(state.count)
     filled = min(count, capacity)
     rows = torch.remainder(torch.arange(count - filled, count), capacity)
