@@ -14,6 +14,9 @@ on; using an older state raises :class:`StaleStateError` in eager mode (see ``_c
 from funrl.buffers import sum_tree, without_replacement
 from funrl.buffers._core import Buffer, Sample, StaleStateError, copy_state
 from funrl.buffers.flat_buffer import FlatState, flat, items_in_order
+from funrl.buffers.interop import TORCHRL_KEYS, from_tensordict, to_tensordict
+from funrl.buffers.mixer import Mixer, mixer
+from funrl.buffers.persistence import BufferFileError, load, save
 from funrl.buffers.prioritised_buffer import (
     PrioritisedBuffer,
     PrioritisedState,
@@ -38,6 +41,14 @@ __all__ = [
     "prioritised",
     "prioritised_trajectory",
     "sum_tree",
+    "Mixer",
+    "mixer",
+    "save",
+    "load",
+    "BufferFileError",
+    "TORCHRL_KEYS",
+    "to_tensordict",
+    "from_tensordict",
     "without_replacement",
     "minibatches",
 ]
