@@ -117,10 +117,10 @@ def cql_regularizer(
       CQL's ``alpha``/``min_q_weight``); metrics ``cql_gap`` ``[E]`` (the per-critic penalty, what
       the Lagrange version of CQL constrains).
 
-    TorchRL 0.14's ``CQLLoss.cql_loss`` differs: it takes the log-sum-exp over only the three
-    proposal kinds of each single sample (its ``[B*N, 1]`` q-values are concatenated on the last
-    dim without the ``[B, N]`` reshape), so its penalty is ``mean_{b,n} T lse_3(...) - mean_b Q``.
-    The cross-check tests pin this difference down.
+    TorchRL 0.14's ``CQLLoss.cql_loss`` differs in two ways: its log-sum-exp runs over only the
+    three proposal kinds of each single sample (its ``[B*N, 1]`` q-values are concatenated on the
+    last dim without the ``[B, N]`` reshape), and it evaluates the ``pi(.|s')`` proposals at ``s'``.
+    The cross-check tests pin both differences down.
     """
     check_floating("q_data", q_data)
     check_min_dim("q_data", q_data, 2, "[E, B]")
