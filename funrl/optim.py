@@ -222,6 +222,29 @@ def _scaled(xs: list[torch.Tensor], factor: Scalar, foreach: bool) -> list[torch
     return [x * factor for x in xs]
 
 
+def _scale_owned(xs: list[torch.Tensor], factor: Scalar, foreach: bool) -> list[torch.Tensor]:
+    """``x * factor`` per leaf, in place on the foreach path: only for temporaries the caller made.
+
+    Fresh CPU buffers cost a page fault per 4 KiB, several times the arithmetic, so the eager path
+    reuses its own temporaries; the per-leaf path stays out of place for vmap (an unbatched
+    temporary cannot absorb a batched factor in place).
+    """
+    if foreach:
+        torch._foreach_mul_(xs, factor)
+        return xs
+    return [x * factor for x in xs]
+
+
+def _add_owned(
+    xs: list[torch.Tensor], ys: list[torch.Tensor], alpha: float, foreach: bool
+) -> list[torch.Tensor]:
+    """``x + alpha * y`` per leaf, in place on the foreach path (``xs`` are the caller's temporaries)."""
+    if foreach:
+        torch._foreach_add_(xs, ys, alpha=alpha)
+        return xs
+    return [torch.add(x, y, alpha=alpha) for x, y in zip(xs, ys, strict=True)]
+
+
 def _add(xs: list[torch.Tensor], ys: list[torch.Tensor], alpha: float, foreach: bool) -> list[torch.Tensor]:
     """``x + alpha * y`` per leaf."""
     if foreach:
@@ -248,11 +271,14 @@ def _decay_add_square(
 
 
 def _sqrt_plus(
-    xs: list[torch.Tensor], divisor: Scalar | None, eps: float, foreach: bool
+    xs: list[torch.Tensor], divisor: Scalar | None, eps: float, foreach: bool, owned: bool = False
 ) -> list[torch.Tensor]:
-    """``sqrt(x) / divisor + eps`` per leaf (the denominator of Adam and RMSprop)."""
+    """``sqrt(x) / divisor + eps`` per leaf (the denominator of Adam and RMSprop); in place on
+    the foreach path when the caller ``owned`` ``xs``."""
     if foreach:
-        out = torch._foreach_sqrt(xs)
+        out = xs if owned else torch._foreach_sqrt(xs)
+        if owned:
+            torch._foreach_sqrt_(out)
         if divisor is not None:
             torch._foreach_div_(out, divisor)
         torch._foreach_add_(out, eps)
@@ -488,10 +514,15 @@ def sgd(
                     for b, gi in zip(buf, g, strict=True)
                 ]
             else:
-                buf = _add(_scaled(buf, momentum, fast), g, 1.0, fast)
+                buf = _add_owned(_scaled(buf, momentum, fast), g, 1.0, fast)
             new_buffers = tree.unflatten(spec, buf)
-            g = _add(g, buf, momentum, fast) if nesterov else buf
-        updates = tree.unflatten(spec, _scaled(g, -lr, fast))
+            if nesterov:
+                steps = _scale_owned(_add(g, buf, momentum, fast), -lr, fast)
+            else:
+                steps = _scaled(buf, -lr, fast)  # buf is the new state: not ours to scale in place
+        else:
+            steps = _scaled(g, -lr, fast)
+        updates = tree.unflatten(spec, steps)
         return updates, SgdState(count=state.count + 1, momentum=new_buffers)
 
     return Optimizer(init, update)
@@ -536,16 +567,16 @@ def _adam_family(
         denom = _sqrt_plus(nu, correction2_sqrt, eps, fast)
         direction = _div(mu, denom, fast)
         if lr_fn is None:
-            updates = _scaled(direction, 1 / correction1, fast)
+            updates = _scale_owned(direction, 1 / correction1, fast)
         else:
             lr = lr_fn(state.count)
-            updates = _scaled(direction, -lr / correction1, fast)
+            updates = _scale_owned(direction, -lr / correction1, fast)
             if weight_decay and decoupled:
                 # AdamW (Loshchilov & Hutter 2019): torch multiplies param by the factor
                 # 1 - lr * weight_decay, rounded to the param dtype; p * factor - p is exact
                 # (Sterbenz), so params + updates reproduces that rounding.
                 decayed = _scaled(param_leaves, 1 - weight_decay * lr, fast)
-                updates = _add(updates, _add(decayed, param_leaves, -1.0, fast), 1.0, fast)
+                updates = _add_owned(updates, _add_owned(decayed, param_leaves, -1.0, fast), 1.0, fast)
         new_state = AdamState(count=step, mu=tree.unflatten(spec, mu), nu=tree.unflatten(spec, nu))
         return tree.unflatten(spec, updates), new_state
 
@@ -642,18 +673,22 @@ def rmsprop(
                 variance = [
                     torch.addcmul(v, a, a, value=-1) for v, a in zip(square_avg, grad_avg, strict=True)
                 ]
-            avg = _sqrt_plus(variance, None, eps, fast)
+            avg = _sqrt_plus(variance, None, eps, fast, owned=True)
         else:
             avg = _sqrt_plus(square_avg, None, eps, fast)
         lr = lr_fn(state.count)
         new_buffers = None
         if momentum:
             buf = _check_structure(spec, state.momentum, "state.momentum")
-            buf = _add(_scaled(buf, momentum, fast), _div(g, avg, fast), 1.0, fast)
+            buf = _scaled(buf, momentum, fast)
+            if fast:
+                torch._foreach_addcdiv_(buf, g, avg)
+            else:
+                buf = [torch.addcdiv(b, gi, a) for b, gi, a in zip(buf, g, avg, strict=True)]
             new_buffers = tree.unflatten(spec, buf)
-            updates = _scaled(buf, -lr, fast)
+            updates = _scaled(buf, -lr, fast)  # buf is the new state: not ours to scale in place
         else:
-            updates = _scaled(_div(g, avg, fast), -lr, fast)
+            updates = _scale_owned(_div(g, avg, fast), -lr, fast)
         new_state = RmsPropState(
             count=state.count + 1,
             square_avg=tree.unflatten(spec, square_avg),
