@@ -23,9 +23,10 @@ forward that vmaps.
 from __future__ import annotations
 
 import copy
+import weakref
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -292,32 +293,66 @@ def init_buffers(module: nn.Module, device: torch.device | str | None = None) ->
     return out
 
 
+class _Spec(NamedTuple):
+    """What ``apply`` checks params against: names -> shapes, and which buffers live on ``meta``."""
+
+    parameters: dict[str, torch.Size]
+    buffers: dict[str, torch.Size]
+    meta_buffers: tuple[str, ...]
+
+
+# Read once per module object: traversing the module tree costs more than functional_call's own
+# overhead on a small policy. Skeletons are fixed descriptions; a module whose parameters are added
+# or replaced after its first ``apply`` must be rebuilt (or the cache entry is stale).
+_SPECS: weakref.WeakKeyDictionary[nn.Module, _Spec] = weakref.WeakKeyDictionary()
+
+
+def _read_spec(module: nn.Module) -> _Spec:
+    buffers = dict(module.named_buffers())
+    return _Spec(
+        parameters={name: p.shape for name, p in module.named_parameters()},
+        buffers={name: b.shape for name, b in buffers.items()},
+        meta_buffers=tuple(name for name, b in buffers.items() if b.is_meta),
+    )
+
+
+def _spec(module: nn.Module) -> _Spec:
+    if torch.compiler.is_compiling():  # traced once; the checks cost nothing at run time
+        return _read_spec(module)
+    spec = _SPECS.get(module)
+    if spec is None:
+        spec = _SPECS[module] = _read_spec(module)
+    return spec
+
+
 def _check_params(module: nn.Module, params: Any) -> None:
     if not isinstance(params, Mapping):
         raise TypeError(
             f"params: expected a dict[str, Tensor] from funrl.nets.init, got {type(params).__name__}"
         )
-    expected = dict(module.named_parameters())
-    buffers = dict(module.named_buffers())
+    spec = _spec(module)
+    expected, buffers = spec.parameters, spec.buffers
     missing = [n for n in expected if n not in params]
     if missing:
         raise ValueError(f"params: missing parameters {missing} of {type(module).__name__}")
-    extra = [n for n in params if n not in expected and n not in buffers]
-    if extra:
-        raise ValueError(
-            f"params: unexpected names {extra}; {type(module).__name__} has parameters "
-            f"{list(expected)} and buffers {list(buffers)}"
-        )
     for name, value in params.items():
+        want = expected.get(name)
+        if want is None:
+            want = buffers.get(name)
+            if want is None:
+                extra = [n for n in params if n not in expected and n not in buffers]
+                raise ValueError(
+                    f"params: unexpected names {extra}; {type(module).__name__} has parameters "
+                    f"{list(expected)} and buffers {list(buffers)}"
+                )
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"params[{name!r}]: expected a Tensor, got {type(value).__name__}")
-        want = expected[name] if name in expected else buffers[name]
-        if value.shape != want.shape:
+        if value.shape != want:
             raise ValueError(
-                f"params[{name!r}]: expected shape {list(want.shape)}, got {list(value.shape)} "
+                f"params[{name!r}]: expected shape {list(want)}, got {list(value.shape)} "
                 "(for an ensemble, vmap apply over the stacked params)"
             )
-    meta_buffers = [n for n, b in buffers.items() if n not in params and b.is_meta]
+    meta_buffers = [n for n in spec.meta_buffers if n not in params]
     if meta_buffers:
         raise ValueError(
             f"params: buffers {meta_buffers} are not given and the module's own live on the meta "
@@ -334,7 +369,7 @@ def apply(module: nn.Module, params: Mapping[str, torch.Tensor], *args: Any, **k
     """
     _check_module(module)
     _check_params(module, params)
-    return functional_call(module, dict(params), args, kwargs)
+    return functional_call(module, params if isinstance(params, dict) else dict(params), args, kwargs)
 
 
 def init_ensemble(

@@ -306,7 +306,10 @@ class Rule(NamedTuple):
     ``weight`` initialises every weight-like parameter (2 or more dimensions: ``Linear``/``Conv``
     weights, RNN matrices, embeddings); ``bias`` initialises biases (parameters whose name ends in
     ``bias``). ``None`` keeps torch's default for that kind (``torch_default`` for ``Linear``/``Conv``,
-    ``N(0, 1)`` for ``Embedding``, ``U(+-1/sqrt(hidden_size))`` for RNNs). Normalisation layers
+    ``N(0, 1)`` for ``Embedding``, ``U(+-1/sqrt(hidden_size))`` for RNNs; for other layers, weights
+    get ``torch_default()`` and biases ``torch_default`` with the fan-in of the layer's ``weight``, or
+    of their own length if it has none — which differs from torch's own choice for some layers,
+    e.g. ``MultiheadAttention``; give those a rule or overrides). Normalisation layers
     always get weight 1 and bias 0. A plain initialiser ``fn`` passed where a rule is expected means
     ``Rule(weight=fn, bias=zeros)`` (CleanRL's ``layer_init``: orthogonal weights, zero biases).
     """
