@@ -1,6 +1,7 @@
 """Forward cost of funrl.nets.apply against plain torch, for one network and for an ensemble.
 
-Rows, each the median over ``--repeats`` timings of ``--calls`` consecutive calls:
+Rows, each the median over ``--repeats`` timings of ``--calls`` consecutive calls, the rows of a
+case timed round-robin (one timing of each in turn) so that drifts in machine load hit all alike:
 
 - policy: CleanRL's PPO ``ActorCritic`` (64-64 tanh, 4 observations of CartPole size) — the
   per-step call in an eager rollout. Peers: the ``nn.Module`` itself, and
@@ -34,19 +35,24 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_us(fn: Callable[[], object], calls: int, repeats: int, device: torch.device) -> float:
+def medians_us(
+    fns: list[Callable[[], object]], calls: int, repeats: int, device: torch.device
+) -> list[float]:
+    """Median time per call of each function, timed round-robin so that load drifts hit all alike."""
+    times: list[list[float]] = [[] for _ in fns]
     with torch.no_grad():
-        for _ in range(3):  # warm-up (and compilation, for compiled functions)
-            fn()
-        sync(device)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
+        for fn in fns:
+            for _ in range(3):  # warm-up (and compilation, for compiled functions)
                 fn()
-            sync(device)
-            times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times) * 1e6
+        sync(device)
+        for _ in range(repeats):
+            for fn, out in zip(fns, times, strict=True):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                sync(device)
+                out.append((time.perf_counter() - start) / calls)
+    return [statistics.median(t) * 1e6 for t in times]
 
 
 def main() -> None:
@@ -61,11 +67,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     key = random.key(0).to(device)
-    rows: list[tuple[str, str, float]] = []
+    cases: list[tuple[str, str, Callable[[], object]]] = []
 
     def measure(case: str, what: str, fn: Callable[[], object]) -> None:
-        rows.append((case, what, median_us(fn, args.calls, args.repeats, device)))
-        print(f"{case:9s} {what:58s} {rows[-1][2]:10.1f} us", flush=True)
+        cases.append((case, what, fn))
 
     # One policy network, the eager rollout's per-step call.
     skeleton = nets.ActorCritic(4, 2)
@@ -93,7 +98,7 @@ def main() -> None:
         members.append(member)
     stacked, _ = stack_module_state(members)
     base = copy.deepcopy(members[0]).to("meta")
-    obs, act = torch.randn(256, 17, device=device), torch.randn(256, 6, device=device)
+    q_obs, q_act = torch.randn(256, 17, device=device), torch.randn(256, 6, device=device)
 
     def torch_vmap(p, o, a):
         return vmap(lambda q: functional_call(base, q, (o, a)))(p)
@@ -101,12 +106,16 @@ def main() -> None:
     def funrl_vmap(p, o, a):
         return vmap(nets.apply, in_dims=(None, 0, None, None))(critic, p, o, a)
 
-    measure("ensemble", f"torch: Python loop over {n} modules", lambda: [m(obs, act) for m in members])
+    measure("ensemble", f"torch: Python loop over {n} modules", lambda: [m(q_obs, q_act) for m in members])
     measure(
-        "ensemble", "torch: stack_module_state + vmap(functional_call)", lambda: torch_vmap(stacked, obs, act)
+        "ensemble",
+        "torch: stack_module_state + vmap(functional_call)",
+        lambda: torch_vmap(stacked, q_obs, q_act),
     )
     measure(
-        "ensemble", "funrl: vmap(nets.apply) on init_ensemble params", lambda: funrl_vmap(ensemble, obs, act)
+        "ensemble",
+        "funrl: vmap(nets.apply) on init_ensemble params",
+        lambda: funrl_vmap(ensemble, q_obs, q_act),
     )
     if not args.no_compile:
         compiled_torch = torch.compile(torch_vmap, fullgraph=True)
@@ -114,13 +123,19 @@ def main() -> None:
         measure(
             "ensemble",
             "torch: torch.compile(vmap(functional_call))",
-            lambda: compiled_torch(stacked, obs, act),
+            lambda: compiled_torch(stacked, q_obs, q_act),
         )
         measure(
-            "ensemble", "funrl: torch.compile(vmap(nets.apply))", lambda: compiled_funrl(ensemble, obs, act)
+            "ensemble",
+            "funrl: torch.compile(vmap(nets.apply))",
+            lambda: compiled_funrl(ensemble, q_obs, q_act),
         )
 
-    print()
+    rows = []
+    for case in dict.fromkeys(c for c, _, _ in cases):
+        group = [(what, fn) for c, what, fn in cases if c == case]
+        medians = medians_us([fn for _, fn in group], args.calls, args.repeats, device)
+        rows += [(case, what, us) for (what, _), us in zip(group, medians, strict=True)]
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, device {device}, "
         f"threads {torch.get_num_threads()}"
