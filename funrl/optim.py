@@ -92,7 +92,8 @@ GradientTransformation = Optimizer
 
 
 class EmptyState(NamedTuple):
-    """State of a stateless transformation."""
+    """State of a stateless transformation, and the stand-in for a buffer an optimiser does not
+    keep (``torch.func.vmap`` outputs may not contain ``None``)."""
 
 
 class ScaleByScheduleState(NamedTuple):
@@ -101,7 +102,7 @@ class ScaleByScheduleState(NamedTuple):
 
 class SgdState(NamedTuple):
     count: torch.Tensor  # int64 []
-    momentum: Params | None  # momentum buffers (torch's ``momentum_buffer``); None without momentum
+    momentum: Params | EmptyState  # torch's ``momentum_buffer``s; EmptyState() without momentum
 
 
 class AdamState(NamedTuple):
@@ -113,8 +114,8 @@ class AdamState(NamedTuple):
 class RmsPropState(NamedTuple):
     count: torch.Tensor  # int64 []
     square_avg: Params
-    grad_avg: Params | None  # running mean of gradients, ``centered=True`` only
-    momentum: Params | None  # momentum buffers, ``momentum > 0`` only
+    grad_avg: Params | EmptyState  # running mean of gradients if ``centered``, else EmptyState()
+    momentum: Params | EmptyState  # momentum buffers if ``momentum > 0``, else EmptyState()
 
 
 # --------------------------------------------------------------------------------------------
@@ -490,7 +491,7 @@ def sgd(
 
     def init(params: Params) -> SgdState:
         leaves, spec = _tensor_leaves(params, "params")
-        buffers = tree.unflatten(spec, [torch.zeros_like(x) for x in leaves]) if momentum else None
+        buffers = tree.unflatten(spec, [torch.zeros_like(x) for x in leaves]) if momentum else EmptyState()
         return SgdState(count=_zero_count(leaves), momentum=buffers)
 
     def update(grads: Updates, state: SgdState, params: Params | None = None) -> tuple[Updates, SgdState]:
@@ -504,7 +505,7 @@ def sgd(
         if weight_decay:
             g = _add(g, _check_params(params, spec, "weight_decay"), weight_decay, fast)
         lr = lr_fn(state.count)
-        new_buffers = None
+        new_buffers = EmptyState()
         if momentum:
             if dampening:
                 # torch starts the buffer at the raw gradient, undamped.
@@ -649,8 +650,8 @@ def rmsprop(
         return RmsPropState(
             count=_zero_count(leaves),
             square_avg=zeros(),
-            grad_avg=zeros() if centered else None,
-            momentum=zeros() if momentum else None,
+            grad_avg=zeros() if centered else EmptyState(),
+            momentum=zeros() if momentum else EmptyState(),
         )
 
     def update(
@@ -663,7 +664,7 @@ def rmsprop(
         if weight_decay:
             g = _add(g, _check_params(params, spec, "weight_decay"), weight_decay, fast)
         square_avg = _decay_add_square(square_avg, g, alpha, fast)
-        new_grad_avg = None
+        new_grad_avg = EmptyState()
         if centered:
             grad_avg = _lerp(_check_structure(spec, state.grad_avg, "state.grad_avg"), g, 1 - alpha, fast)
             new_grad_avg = tree.unflatten(spec, grad_avg)
@@ -677,7 +678,7 @@ def rmsprop(
         else:
             avg = _sqrt_plus(square_avg, None, eps, fast)
         lr = lr_fn(state.count)
-        new_buffers = None
+        new_buffers = EmptyState()
         if momentum:
             buf = _check_structure(spec, state.momentum, "state.momentum")
             buf = _scaled(buf, momentum, fast)

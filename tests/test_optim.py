@@ -389,14 +389,16 @@ def test_scale_by_schedule_and_scale_by_learning_rate():
 
 def _make_for_member(name: str, lr):
     return {
+        "sgd": lambda: optim.sgd(lr),
         "sgd_nesterov": lambda: optim.sgd(lr, momentum=0.9, nesterov=True),
+        "rmsprop": lambda: optim.rmsprop(lr),
         "adam": lambda: optim.adam(lr),
         "adamw": lambda: optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(lr, weight_decay=0.1)),
         "rmsprop_centered": lambda: optim.rmsprop(lr, centered=True, momentum=0.5),
     }[name]()
 
 
-@pytest.mark.parametrize("name", ["sgd_nesterov", "adam", "adamw", "rmsprop_centered"])
+@pytest.mark.parametrize("name", ["sgd", "sgd_nesterov", "adam", "adamw", "rmsprop", "rmsprop_centered"])
 def test_vmap_per_member_learning_rate_equals_loop(name):
     members = 4
     gen = torch.Generator().manual_seed(3)
@@ -436,10 +438,32 @@ def test_compiled_step_equals_eager(grads_seq):
     compiled = torch.compile(step, fullgraph=True)
     p0 = _initial_params()
     eager, fast = (p0, opt.init(p0)), (p0, opt.init(p0))
-    for grads in grads_seq[:3]:  # the count is a tensor: later steps reuse the graph
+    for i, grads in enumerate(grads_seq[:3]):
         eager = step(*eager, grads)
-        fast = compiled(*fast, grads)
+        # The count is a tensor, so later steps (other schedule values) reuse the first graph.
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            fast = compiled(*fast, grads)
         assert tree.tree_allclose(fast, eager, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("make", [optim.sgd, optim.adam], ids=["sgd", "adam"])
+def test_grad_through_update_wrt_learning_rate(make):
+    """Under torch.func.grad (a functorch transform) the per-leaf path runs and differentiates:
+    for loss(p) = |p|^2 / 2 and p' = p + u(lr), d loss(p') / d lr = p' . du/dlr = p' . u / lr."""
+    gen = torch.Generator().manual_seed(4)
+    params = {"w": torch.randn(6, generator=gen, dtype=torch.float64)}
+    grads = {"w": torch.randn(6, generator=gen, dtype=torch.float64)}
+
+    def loss_after_step(lr):
+        opt = make(lr)
+        updates, _ = opt.update(grads, opt.init(params), params)
+        new = optim.apply_updates(params, updates)
+        return 0.5 * (new["w"] ** 2).sum(), (new, updates)
+
+    lr = torch.tensor(0.1, dtype=torch.float64)
+    d_lr, (new, updates) = torch.func.grad(loss_after_step, has_aux=True)(lr)
+    expected = (new["w"] * updates["w"] / lr).sum()  # both optimisers' first step is linear in lr
+    torch.testing.assert_close(d_lr, expected, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "per_leaf"])
