@@ -1,41 +1,202 @@
-"""Command line: ``python -m funrl demo`` (and, with the agents, ``train`` / ``eval``)."""
+"""funrl's command line.
+
+funrl train ppo --env CartPole-v1 --total-steps 500000 --seeds 8 --device cpu --out runs/NAME
+funrl train --resume --out runs/NAME
+funrl eval runs/NAME --episodes 20 [--json]
+funrl demo
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _device(text: str) -> str:
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a torch device such as cpu or cuda, got {text!r}"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("cuda was asked for but torch sees no CUDA device")
+    return text
 
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
-    from funrl import random
+    from funrl import nets, random
 
     key = random.key(args.seed)
-    keys = random.split(key, 4)
+    k_init, k_data = random.split(key)
+    module = nets.MLP(4, [64, 64], 2)
+    params = nets.init(module, k_init)
+    x = random.normal(k_data, (8, 4))
     t0 = time.perf_counter()
-    samples = torch.func.vmap(lambda k: random.uniform(k, (1000,)))(keys)
+    ensemble = nets.init_ensemble(module, key, 10)
+    logits = torch.func.vmap(nets.apply, in_dims=(None, 0, None))(module, ensemble, x)
     elapsed = time.perf_counter() - t0
     print(f"funrl demo: seed {args.seed}")
-    print(f"  split(key, 4)[0] = {[hex(int(w)) for w in keys[0]]}")
-    print(f"  4 x 1000 uniforms in {elapsed * 1e3:.2f} ms, mean {samples.mean().item():.4f}")
+    print(f"  split(key)[0] = {[hex(int(w)) for w in random.split(key)[0]]}")
+    print(f"  one MLP forward: logits {list(nets.apply(module, params, x).shape)}")
+    print(f"  10-member ensemble via vmap: logits {list(logits.shape)} in {elapsed * 1e3:.1f} ms")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from funrl.agents import run
+
+    if args.resume:
+        if args.out is None:
+            raise run.RunError("out: --resume needs --out, the folder of the run to continue")
+        algo, config = None, None
+    else:
+        if args.algo is None:
+            raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
+        if args.algo not in run.ALGORITHMS:
+            raise run.RunError(f"algo: unknown {args.algo!r}; known: {', '.join(sorted(run.ALGORITHMS))}")
+        cls = run.ALGORITHMS[args.algo][0]
+        overrides = {"env_id": args.env, "total_steps": args.total_steps}
+        if args.num_envs is not None:
+            overrides["num_envs"] = args.num_envs
+        if args.lr is not None:
+            overrides["learning_rate"] = args.lr
+        config = cls(**overrides)
+        algo = args.algo
+    out = Path(args.out) if args.out else Path("runs") / f"{algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    t0 = time.perf_counter()
+    run.train_run(
+        algo,
+        config,
+        out,
+        seed=args.seed,
+        num_seeds=args.seeds,
+        device=args.device,
+        compile=not args.no_compile,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        progress=not args.no_progress,
+    )
+    print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from funrl.agents import run
+
+    result = run.evaluate_run(Path(args.run), episodes=args.episodes, device=args.device)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        per_seed = ", ".join(f"{r:.1f}" for r in result["per_seed"])
+        print(f"mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over seeds [{per_seed}]")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="funrl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="funrl",
+        description="funrl: pure-functional RL for PyTorch",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="sample keys and run a small network forward")
+
+    demo = sub.add_parser("demo", help="sample keys and run a network and an ensemble forward")
     demo.add_argument("--seed", type=int, default=0, help="PRNG seed (default: 0)")
     demo.set_defaults(func=_demo)
+
+    train = sub.add_parser(
+        "train", help="train an agent; writes config, metrics, plot and checkpoints to --out"
+    )
+    train.add_argument("algo", nargs="?", default=None, help="algorithm: ppo")
+    train.add_argument(
+        "--env",
+        default="CartPole-v1",
+        help="environment id from funrl.envs.registry() (default: CartPole-v1)",
+    )
+    train.add_argument(
+        "--total-steps",
+        type=_positive_int,
+        default=500_000,
+        help="environment steps per seed (default: 500000)",
+    )
+    train.add_argument(
+        "--seeds", type=_positive_int, default=1, help="seeds trained at once with vmap (default: 1)"
+    )
+    train.add_argument(
+        "--seed", type=int, default=0, help="base seed; seed i uses fold_in(key(seed), i) (default: 0)"
+    )
+    train.add_argument("--device", type=_device, default="cpu", help="torch device (default: cpu)")
+    train.add_argument("--out", default=None, help="run folder (default: runs/ALGO-ENV-TIME)")
+    train.add_argument(
+        "--num-envs",
+        type=_positive_int,
+        default=None,
+        help="parallel environments per seed (default: the algorithm's)",
+    )
+    train.add_argument(
+        "--lr", type=_positive_float, default=None, help="learning rate (default: the algorithm's)"
+    )
+    train.add_argument(
+        "--checkpoint-every", type=_positive_int, default=50, help="updates between checkpoints (default: 50)"
+    )
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    train.add_argument(
+        "--no-compile", action="store_true", help="run the update step eagerly (no torch.compile)"
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    ev = sub.add_parser("eval", help="evaluate the final checkpoint of every seed of a run")
+    ev.add_argument("run", help="the run folder given to train --out")
+    ev.add_argument(
+        "--episodes", type=_positive_int, default=20, help="greedy episodes per seed (default: 20)"
+    )
+    ev.add_argument("--device", type=_device, default=None, help="torch device (default: the run's)")
+    ev.add_argument(
+        "--json", action="store_true", help='print one JSON line {"mean_return", "std_return", "per_seed"}'
+    )
+    ev.set_defaults(func=_eval)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as exc:
+        # Bad option values (and unusable run folders) are one line, not a traceback.
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"funrl {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

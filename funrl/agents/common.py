@@ -1,0 +1,283 @@
+"""What every agent shares: the :class:`Agent` record, environment set-up, and the outer loop.
+
+An agent is built by ``make_train(config)`` and holds pure functions:
+
+- ``init(key, **hparams) -> train_state`` (a NamedTuple pytree);
+- ``update(train_state, key) -> (train_state, metrics)``, one whole iteration, compiled once;
+- ``greedy_action(params, obs) -> action`` for evaluation.
+
+``agent(key)`` (:func:`train`) runs the Python outer loop: the key for update ``i`` is
+``fold_in(run_key, i)`` computed inside the compiled step from the state's update counter, so a
+resumed run draws exactly the numbers an uninterrupted one would. A key of shape ``[S, 2]``
+trains ``S`` seeds at once with ``torch.func.vmap`` over the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from funrl import envs, random
+from funrl import tree as ftree
+from funrl.envs import wrappers
+
+__all__ = [
+    "Agent",
+    "BatchedEnvLike",
+    "NonFiniteError",
+    "make_batched_env",
+    "seed_keys",
+    "train",
+    "evaluate",
+    "LOSS_TERMS",
+]
+
+LOSS_TERMS = (
+    "loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "grad_norm",
+    "critic_loss",
+    "actor_loss",
+    "alpha_loss",
+    "q_loss",
+)
+
+
+class BatchedEnvLike(Protocol):
+    num_envs: int
+
+    def reset(self, key: torch.Tensor, params: Any = None) -> tuple[torch.Tensor, Any]: ...
+
+    def step(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None) -> Any: ...
+
+    def observation_space(self, params: Any = None) -> envs.Space: ...
+
+    def action_space(self, params: Any = None) -> envs.Space: ...
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss term or gradient became NaN or infinite; names the update, the seed and the term."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """The pure pieces of an agent, and ``__call__ = train``."""
+
+    name: str
+    config: Any
+    init: Callable[..., Any]
+    update: Callable[[Any, torch.Tensor], tuple[Any, dict[str, torch.Tensor]]]
+    num_updates: int
+    steps_per_update: int
+    greedy_action: Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
+    env: Any
+    env_params: Any
+    device: torch.device
+
+    def __call__(self, key: torch.Tensor, **kwargs: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        return train(self, key, **kwargs)
+
+
+def make_batched_env(
+    env_id: str,
+    num_envs: int,
+    env: Any | None,
+    env_kwargs: dict[str, Any],
+    normalize_obs: bool | None,
+    normalize_reward: bool | None,
+    gamma: float = 0.99,
+) -> tuple[Any, Any, bool]:
+    """``(batched_env, env_params, continuous)`` for an agent.
+
+    A funrl id is made, wrapped (episode statistics always; observation/reward normalisation
+    when asked, or by default for continuous actions) and batched with ``funrl.envs.vmap``: each
+    environment keeps its own statistics. A ready batched ``env`` (e.g. ``from_gymnasium``) is used
+    as it is; it must report ``returned_episode`` statistics in its info.
+    """
+    if env is not None:
+        params = getattr(env, "default_params", None)
+        space = env.action_space(params)
+        return env, params, isinstance(space, envs.Box)
+    single, params = envs.make(env_id, **env_kwargs)
+    continuous = isinstance(single.action_space(params), envs.Box)
+    if normalize_obs if normalize_obs is not None else continuous:
+        single = wrappers.NormalizeObservation(single)
+    if continuous:
+        single = wrappers.ClipAction(single)
+    single = wrappers.EpisodeStatistics(single)
+    if normalize_reward if normalize_reward is not None else continuous:
+        single = wrappers.NormalizeReward(single, gamma=gamma)
+    return envs.vmap(single, num_envs), params, continuous
+
+
+def seed_keys(seed: int, num_seeds: int | None) -> torch.Tensor:
+    """The run key of seed ``seed`` (``[2]``), or ``[num_seeds, 2]`` keys ``fold_in(key(seed), i)``."""
+    base = random.key(seed)
+    if num_seeds is None:
+        return base
+    return torch.stack([random.fold_in(base, i) for i in range(num_seeds)])
+
+
+def _batched(key: torch.Tensor) -> bool:
+    if key.dtype != torch.int64 or key.shape[-1:] != (2,) or key.dim() not in (1, 2):
+        raise ValueError(
+            f"key: expected int64 of shape [2] or [num_seeds, 2], got {key.dtype} {list(key.shape)}"
+        )
+    return key.dim() == 2
+
+
+def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = None) -> Callable:
+    """``step(train_state, run_key) -> (train_state, metrics)``: update keyed by ``fold_in(run_key, count)``."""
+
+    def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
+        return agent.update(state, random.fold_in(run_key, state.update_count))
+
+    fn = torch.func.vmap(step, randomness="error") if batched else step
+    if compile:
+        fn = torch.compile(fn, fullgraph=True, mode=mode)
+    return fn
+
+
+def init_state(
+    agent: Agent, key: torch.Tensor, hparams: dict[str, Any] | None = None
+) -> tuple[Any, torch.Tensor]:
+    """``(train_state, run_key)`` for one key ``[2]`` or a batch ``[S, 2]``; hparams may be per seed."""
+    hparams = hparams or {}
+    batched = _batched(key)
+
+    def one(k: torch.Tensor, hp: dict[str, Any]) -> tuple[Any, torch.Tensor]:
+        key_init, key_run = random.split(k)
+        return agent.init(key_init.to(agent.device), **hp), key_run.to(agent.device)
+
+    if not batched:
+        return one(key, hparams)
+    per_seed = []
+    for i in range(key.shape[0]):
+        hp = {
+            name: (value[i] if isinstance(value, torch.Tensor) and value.dim() > 0 else value)
+            for name, value in hparams.items()
+        }
+        per_seed.append(one(key[i], hp))
+    return ftree.stack([s for s, _ in per_seed]), torch.stack([k for _, k in per_seed])
+
+
+def check_finite(
+    metrics: dict[str, torch.Tensor], first_update: int, terms: tuple[str, ...] = LOSS_TERMS
+) -> None:
+    """Raise :class:`NonFiniteError` naming the update, seed and term of the first non-finite value.
+
+    ``metrics[name]`` has shape ``[updates]`` or ``[updates, seeds]`` (host tensors); its first row
+    is update number ``first_update`` (1-based: the state after it has ``update_count`` equal to it).
+    """
+    for name in terms:
+        if name not in metrics:
+            continue
+        values = metrics[name]
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            where = torch.nonzero(bad)[0].tolist()
+            update = first_update + where[0]
+            seed = where[1] if len(where) > 1 else 0
+            raise NonFiniteError(
+                f"non-finite {name} ({values[tuple(where)].item()}) at update {update}, seed {seed}"
+            )
+
+
+def train(
+    agent: Agent,
+    key: torch.Tensor,
+    *,
+    compile: bool = True,
+    hparams: dict[str, Any] | None = None,
+    state: Any | None = None,
+    run_key: torch.Tensor | None = None,
+    num_updates: int | None = None,
+    callback: Callable[[int, Any, dict[str, torch.Tensor]], None] | None = None,
+    log_every: int = 10,
+    compile_mode: str | None = None,
+) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Train ``agent`` from ``key`` (``[2]``: one seed; ``[S, 2]``: ``S`` seeds vmapped).
+
+    Args:
+        compile: compile the update step once with ``torch.compile(fullgraph=True)``.
+        hparams: overrides of sweepable hyper-parameters; a tensor with leading ``[S]`` gives
+            one value per seed (a sweep in one call).
+        state, run_key: continue from a train state (resume); both or neither.
+        num_updates: how many updates to run (default: until ``agent.num_updates`` in total).
+        callback: ``callback(update_index, state, host_metrics)`` every ``log_every`` updates,
+            after the metrics were checked for non-finite values (checkpointing goes here).
+
+    Returns:
+        ``(train_state, metrics)`` with every metric stacked over updates (``[U]`` or ``[U, S]``).
+    """
+    batched = _batched(key)
+    if (state is None) != (run_key is None):
+        raise ValueError("state, run_key: pass both to resume, or neither")
+    if state is None:
+        state, run_key = init_state(agent, key, hparams)
+    done = int(state.update_count.reshape(-1)[0])
+    remaining = agent.num_updates - done if num_updates is None else num_updates
+    step = make_step(agent, batched, compile, compile_mode)
+    history: list[dict[str, torch.Tensor]] = []
+    pending: list[dict[str, torch.Tensor]] = []
+    for i in range(done, done + remaining):
+        state, metrics = step(state, run_key)
+        pending.append(metrics)
+        last = i == done + remaining - 1
+        if len(pending) >= log_every or last:
+            host = {k: torch.stack([m[k] for m in pending]).detach().cpu() for k in pending[0]}
+            check_finite(host, i + 2 - len(pending))
+            history.append(host)
+            pending = []
+            if callback is not None:
+                callback(i + 1, (state, run_key), host)
+    if not history:
+        return state, {}
+    merged = {k: torch.cat([h[k] for h in history]) for k in history[0]}
+    return state, merged
+
+
+def evaluate(
+    agent: Agent,
+    params: dict[str, torch.Tensor],
+    key: torch.Tensor,
+    episodes: int,
+    max_steps: int | None = None,
+) -> torch.Tensor:
+    """Undiscounted returns of ``episodes`` greedy episodes (``[episodes]``) on fresh environments.
+
+    Runs one environment per episode (a fresh batched view of the agent's environment) until each
+    has finished its first episode; observation normalisation, if any, starts from fresh
+    statistics as in a new environment.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes: expected a positive int, got {episodes!r}")
+    benv = agent.env
+    eval_env = envs.vmap(benv.env, episodes) if isinstance(benv, envs.batched.BatchedEnv) else benv
+    obs, env_state = eval_env.reset(key.to(agent.device), agent.env_params)
+    limit = max_steps or getattr(agent.env_params, "max_steps_in_episode", 10_000)
+    returns = torch.zeros(episodes, dtype=torch.float32, device=agent.device)
+    finished = torch.zeros(episodes, dtype=torch.bool, device=agent.device)
+    for t in range(int(limit) + 1):
+        with torch.no_grad():
+            action = agent.greedy_action(params, obs)
+        obs, env_state, reward, terminated, truncated, info = eval_env.step(
+            random.fold_in(key, t).to(agent.device), env_state, action, agent.env_params
+        )
+        ended = info["returned_episode"] & ~finished
+        returns = torch.where(ended, info["returned_episode_return"].to(torch.float32), returns)
+        finished = finished | info["returned_episode"]
+        if bool(finished.all()):
+            break
+    return returns
+
+
+def mean_finite(x: torch.Tensor) -> float:
+    finite = x[torch.isfinite(x)]
+    return float(finite.mean()) if finite.numel() else math.nan

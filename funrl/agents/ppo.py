@@ -1,0 +1,285 @@
+"""PPO (Schulman et al. 2017) as one pure update step, PureJaxRL's shape.
+
+``make_train(config)`` builds an :class:`Agent` whose ``update(train_state, key)`` does a whole PPO
+iteration — a ``num_steps`` rollout of ``num_envs`` environments, GAE, ``update_epochs`` epochs of
+``num_minibatches`` clipped-surrogate gradient steps — as one pure function; ``torch.compile``
+turns it into one graph (the rollout and the minibatch loop are :func:`funrl.control.scan`).
+``train(key)`` drives it from Python for ``config.num_updates`` iterations.
+
+Defaults follow PureJaxRL's ``ppo.py`` / CleanRL's ``ppo.py`` for CartPole: 4 envs x 128 steps,
+4 epochs of 4 minibatches, Adam (eps 1e-5) with a linearly annealed learning rate 2.5e-4,
+global-norm clipping 0.5, γ 0.99, λ 0.95, clip ε 0.2, entropy 0.01, value 0.5, orthogonal init
+with tanh 64x64 MLPs. Continuous actions use a state-independent log-std (CleanRL's
+``ppo_continuous_action.py``) and, by default, observation and reward normalisation wrappers.
+
+Hyper-parameters marked sweepable (``learning_rate``, ``ent_coef``, ``clip_eps``, ``vf_coef``)
+live as tensors in the train state, so ``vmap`` over train states runs a sweep in one call.
+Truncated episodes bootstrap from ``V(final_obs)``; terminated ones do not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import torch
+
+from funrl import envs, nets, optim, random
+from funrl import losses as L
+from funrl.agents.common import Agent, BatchedEnvLike, make_batched_env
+from funrl.control import scan
+from funrl.nets import distributions
+from funrl.nets.initializers import orthogonal
+
+__all__ = ["PPOConfig", "PPOHyperParams", "PPOTrainState", "make_train"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Static PPO configuration (compile specialises on it)."""
+
+    env_id: str = "CartPole-v1"
+    total_steps: int = 500_000
+    num_envs: int = 4
+    num_steps: int = 128
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantages: bool = True
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    normalize_obs: bool | None = None  # None: on for continuous actions, off for discrete
+    normalize_reward: bool | None = None
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("total_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if (self.num_envs * self.num_steps) % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches: expected a divisor of num_envs * num_steps = "
+                f"{self.num_envs * self.num_steps}, got {self.num_minibatches}"
+            )
+        if self.total_steps < self.num_envs * self.num_steps:
+            raise ValueError(
+                f"total_steps: expected at least num_envs * num_steps = "
+                f"{self.num_envs * self.num_steps}, got {self.total_steps}"
+            )
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(self, name)}")
+        for name in ("learning_rate", "clip_eps", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected a value > 0, got {getattr(self, name)}")
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // (self.num_envs * self.num_steps)
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+
+class PPOHyperParams(NamedTuple):
+    """The sweepable hyper-parameters, as float32 scalar tensors."""
+
+    learning_rate: torch.Tensor
+    ent_coef: torch.Tensor
+    clip_eps: torch.Tensor
+    vf_coef: torch.Tensor
+
+
+class PPOTrainState(NamedTuple):
+    params: dict[str, torch.Tensor]
+    opt_state: Any
+    env_state: Any
+    obs: torch.Tensor
+    update_count: torch.Tensor
+    hparams: PPOHyperParams
+
+
+def _hparams(config: PPOConfig, device: torch.device, **overrides: Any) -> PPOHyperParams:
+    values = {name: overrides.get(name, getattr(config, name)) for name in PPOHyperParams._fields}
+    return PPOHyperParams(
+        **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in values.items()}
+    )
+
+
+def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
+    """Build PPO for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, evaluate).
+
+    Args:
+        config: the static configuration.
+        env: a batched environment (``funrl.envs.vmap(...)`` or ``funrl.envs.from_gymnasium``);
+            by default ``config.env_id`` from funrl's registry, ``config.num_envs`` copies,
+            wrapped in ``EpisodeStatistics`` (and normalisation wrappers for continuous actions).
+        device: where params and env state live.
+    """
+    device = torch.device(device)
+    benv, env_params, continuous = make_batched_env(
+        config.env_id,
+        config.num_envs,
+        env,
+        dict(config.env_kwargs),
+        config.normalize_obs,
+        config.normalize_reward,
+    )
+    obs_space = benv.observation_space(env_params)
+    act_space = benv.action_space(env_params)
+    obs_dim = math.prod(obs_space.shape)
+    action_dim = act_space.shape[-1] if continuous else act_space.n
+    module = nets.ActorCritic(
+        obs_dim, action_dim, config.hidden_sizes, config.activation, continuous=continuous
+    )
+    dist = distributions.normal if continuous else distributions.categorical
+    # Adam's rescaling under global-norm clipping; the (annealed, sweepable) learning rate is
+    # applied by hand so that it can be a tensor in the train state.
+    tx = optim.chain(optim.clip_by_global_norm(config.max_grad_norm), optim.scale_by_adam(eps=1e-5))
+    num_updates = config.num_updates
+    batch_size = config.steps_per_update
+    minibatch_size = batch_size // config.num_minibatches
+
+    def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        return nets.apply(module, params, obs.reshape(*obs.shape[: obs.dim() - len(obs_space.shape)], -1))
+
+    def init(key: torch.Tensor, **hparam_overrides: Any) -> PPOTrainState:
+        key_params, key_env = random.split(key)
+        params = nets.init(module, key_params, orthogonal(math.sqrt(2.0)), module.ppo_overrides())
+        params = {k: v.to(device) for k, v in params.items()}
+        obs, env_state = benv.reset(key_env.to(device), env_params)
+        return PPOTrainState(
+            params=params,
+            opt_state=tx.init(params),
+            env_state=env_state,
+            obs=obs,
+            update_count=torch.zeros((), dtype=torch.int64, device=device),
+            hparams=_hparams(config, device, **hparam_overrides),
+        )
+
+    def act(key: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
+        dist_params, value = policy(params, obs)
+        dist_params = dist_params if continuous else (dist_params,)
+        action, log_prob = dist.sample_and_log_prob(key, *dist_params)
+        return action, {"log_prob": log_prob, "value": value}
+
+    def loss_fn(params, hp: PPOHyperParams, minibatch: dict[str, torch.Tensor]):
+        dist_params, values = policy(params, minibatch["obs"])
+        dist_params = dist_params if continuous else (dist_params,)
+        log_prob = dist.log_prob(*dist_params, minibatch["action"])
+        entropy = dist.entropy(*dist_params)
+        return L.ppo_loss(
+            log_prob,
+            minibatch["log_prob"],
+            minibatch["advantages"],
+            values,
+            minibatch["value"],
+            minibatch["returns"],
+            entropy,
+            clip_eps=hp.clip_eps,
+            vf_coef=hp.vf_coef,
+            ent_coef=hp.ent_coef,
+            value_clip_eps=hp.clip_eps,
+            normalize=config.normalize_advantages,
+        )
+
+    grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
+
+    def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
+        key_rollout, key_epochs = random.split(key)
+        rollout_state, traj = envs.rollout(
+            benv,
+            env_params,
+            lambda k, obs: act(k, state.params, obs),
+            key_rollout,
+            (state.obs, state.env_state),
+            config.num_steps,
+        )
+        _, next_values = policy(state.params, traj.final_obs)
+        advantages, returns = L.gae(
+            traj.reward,
+            traj.extras["value"],
+            next_values,
+            traj.terminated,
+            traj.truncated,
+            config.gamma,
+            config.gae_lambda,
+        )
+        data = {
+            "obs": traj.obs,
+            "action": traj.action,
+            "log_prob": traj.extras["log_prob"],
+            "value": traj.extras["value"],
+            "advantages": advantages,
+            "returns": returns,
+        }
+        data = {k: v.reshape(batch_size, *v.shape[2:]) for k, v in data.items()}
+        hp = state.hparams
+        if config.anneal_lr:
+            frac = 1.0 - state.update_count.to(torch.float32) / num_updates
+            lr = hp.learning_rate * frac
+        else:
+            lr = hp.learning_rate
+
+        def epoch_order(k: torch.Tensor) -> torch.Tensor:
+            return random.permutation(k, batch_size).reshape(config.num_minibatches, minibatch_size)
+
+        orders = torch.cat([epoch_order(k) for k in random.split(key_epochs, config.update_epochs)])
+
+        def sgd_step(carry, idx):
+            params, opt_state = carry
+            minibatch = {k: v[idx] for k, v in data.items()}
+            grads, (loss, metrics) = grad_fn(params, hp, minibatch)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = {k: p - lr * updates[k] for k, p in params.items()}
+            metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
+            return (params, opt_state), metrics
+
+        (params, opt_state), step_metrics = scan(sgd_step, (state.params, state.opt_state), orders)
+        info = traj.info
+        finished = info["returned_episode"]
+        n_finished = finished.sum()
+        episode_return = torch.where(finished, info["returned_episode_return"], 0.0).sum() / n_finished
+        metrics = {k: v.mean() for k, v in step_metrics.items()}
+        metrics.update(
+            episode_return=episode_return,
+            episodes=n_finished,
+            learning_rate=lr,
+        )
+        new_state = PPOTrainState(
+            params=params,
+            opt_state=opt_state,
+            env_state=rollout_state.env_state,
+            obs=rollout_state.obs,
+            update_count=state.update_count + 1,
+            hparams=state.hparams,
+        )
+        return new_state, metrics
+
+    def evaluate_policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        dist_params, _ = policy(params, obs)
+        dist_params = dist_params if continuous else (dist_params,)
+        return dist.mode(*dist_params)
+
+    return Agent(
+        name="ppo",
+        config=config,
+        init=init,
+        update=update,
+        num_updates=num_updates,
+        steps_per_update=batch_size,
+        greedy_action=evaluate_policy,
+        env=benv,
+        env_params=env_params,
+        device=device,
+    )
