@@ -177,31 +177,52 @@ def _log_abs_det_tanh(u: torch.Tensor) -> torch.Tensor:
 # pi / (2 s) in standardised units, which ruins Gauss-Hermite), so split f = 2 log 2 - 2|u| + r(u):
 # E|u| has a closed form (the folded normal's mean) and r(u) = -2 log(1 + exp(-2|u|)) is negligible
 # beyond |u| = 12 and smooth on each half-line, where Gauss-Legendre integrates r(u) * density.
-_GH_NODES, _GH_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.hermite.hermgauss(64))
 _GL_HALF_WIDTH = 12.0
-_GL_NODES, _GL_WEIGHTS = (torch.from_numpy(a) for a in np.polynomial.legendre.leggauss(64))
+
+
+def _quadrature_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """``[nodes; weights / sqrt(pi)]`` of Gauss-Hermite (64) and ``[nodes; weights]`` of
+    Gauss-Legendre on ``[0, 12]`` and ``[-12, 0]`` (2 x 64), float64."""
+    gh_nodes, gh_weights = np.polynomial.hermite.hermgauss(64)
+    gl_nodes, gl_weights = np.polynomial.legendre.leggauss(64)
+    half = 0.5 * _GL_HALF_WIDTH * (gl_nodes + 1.0)
+    gauss_hermite = np.stack([gh_nodes, gh_weights / math.sqrt(math.pi)])
+    gauss_legendre = np.stack([np.concatenate([half, -half]), np.tile(gl_weights, 2) * 0.5 * _GL_HALF_WIDTH])
+    return torch.from_numpy(gauss_hermite), torch.from_numpy(gauss_legendre)
+
+
+_QUADRATURE = _quadrature_tables()
+# Per (device, dtype) copies, so eager calls on an accelerator do not copy the tables every time.
+_QUADRATURE_ON: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _quadrature(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if torch.compiler.is_compiling():  # graph constants either way
+        return tuple(t.to(device=like.device, dtype=like.dtype) for t in _QUADRATURE)
+    tables = _QUADRATURE_ON.get((like.device, like.dtype))
+    if tables is None:
+        tables = tuple(t.to(device=like.device, dtype=like.dtype) for t in _QUADRATURE)
+        _QUADRATURE_ON[(like.device, like.dtype)] = tables
+    return tables
 
 
 def _expected_log_det_tanh(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``E[log(1 - tanh(u)^2)]`` for ``u ~ N(loc, scale^2)``, elementwise (see the rules above)."""
-    as_data = dict(device=loc.device, dtype=loc.dtype)
+    (gh_nodes, gh_weights), (gl_nodes, gl_weights) = _quadrature(loc)
     # Narrow: Gauss-Hermite, sum_i w_i f(m + sqrt(2) s x_i) / sqrt(pi). Scales are clamped into each
-    # rule's range so that the branch not taken stays finite (and so do its gradients).
+    # rule's range so that the branch not taken stays finite, and so do its gradients.
     narrow = scale.clamp(max=1.0)
-    u = loc.unsqueeze(-1) + math.sqrt(2.0) * narrow.unsqueeze(-1) * _GH_NODES.to(**as_data)
-    gauss_hermite = (_log_abs_det_tanh(u) * _GH_WEIGHTS.to(**as_data)).sum(-1) / math.sqrt(math.pi)
+    u = loc.unsqueeze(-1) + math.sqrt(2.0) * narrow.unsqueeze(-1) * gh_nodes
+    gauss_hermite = (_log_abs_det_tanh(u) * gh_weights).sum(-1)
     # Wide: closed-form E|u| plus Gauss-Legendre for the remainder on [0, 12] and [-12, 0].
     wide = scale.clamp(min=1.0)
     standardised_loc = loc / wide
     folded_mean = wide * math.sqrt(2.0 / math.pi) * torch.exp(-0.5 * standardised_loc.square())
     folded_mean = folded_mean + loc * torch.erf(standardised_loc / math.sqrt(2.0))
-    half = 0.5 * _GL_HALF_WIDTH * (_GL_NODES.to(**as_data) + 1.0)  # nodes on [0, 12]
-    nodes = torch.cat([half, -half])
-    weights = 0.5 * _GL_HALF_WIDTH * _GL_WEIGHTS.to(**as_data).repeat(2)
-    z = (nodes - loc.unsqueeze(-1)) / wide.unsqueeze(-1)
+    z = (gl_nodes - loc.unsqueeze(-1)) / wide.unsqueeze(-1)
     density = torch.exp(-0.5 * z.square()) / (math.sqrt(2.0 * math.pi) * wide.unsqueeze(-1))
-    remainder = -2.0 * F.softplus(-2.0 * nodes.abs())
-    gauss_legendre = 2.0 * _LOG_2 - 2.0 * folded_mean + (remainder * density * weights).sum(-1)
+    remainder = -2.0 * F.softplus(-2.0 * gl_nodes.abs())
+    gauss_legendre = 2.0 * _LOG_2 - 2.0 * folded_mean + (remainder * density * gl_weights).sum(-1)
     return torch.where(scale <= 1.0, gauss_hermite, gauss_legendre)
 
 
