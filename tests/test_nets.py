@@ -394,6 +394,7 @@ def test_mlp_apply_equals_forward(
     config = dict(activation=activation, layer_norm=layer_norm, output_activation=output_activation)
     skeleton = nets.MLP(in_features, hidden, out_features, **config)
     params = nets.init(skeleton, random.key(seed), inits.xavier_normal())
+    assert tree.tree_equal(params, nets.init(skeleton, random.key(seed), inits.xavier_normal()))
     module = _copy_into(nets.MLP(in_features, hidden, out_features, **config, device="cpu"), params)
     x = random.normal(random.key(seed + 1), (5, in_features))
     with torch.no_grad():
