@@ -1,4 +1,5 @@
-"""Adam step time: funrl.optim.adam (functional) vs torch.optim.Adam on a ~1M-parameter MLP.
+"""Adam step time: funrl.optim.adam (functional) vs torch.optim.Adam on a ~1M-parameter MLP
+(``--sizes`` picks another MLP, e.g. an RL-sized 4,64,64,2).
 
 Times one optimiser step from fixed gradients (no forward/backward), eager and compiled:
 
@@ -30,18 +31,13 @@ from funrl import optim, tree
 LR = 1e-3
 
 
-def make_params(device: torch.device) -> dict[str, torch.Tensor]:
-    """An MLP 64-1024-768-256-8: 1,052,168 parameters in 8 tensors."""
-    module = torch.nn.Sequential(
-        torch.nn.Linear(64, 1024),
-        torch.nn.Tanh(),
-        torch.nn.Linear(1024, 768),
-        torch.nn.Tanh(),
-        torch.nn.Linear(768, 256),
-        torch.nn.Tanh(),
-        torch.nn.Linear(256, 8),
-    )
+def make_params(sizes: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """A tanh MLP with layer widths ``sizes``; the default 64-1024-768-256-8 has 1,052,680 params."""
+    layers: list[torch.nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [torch.nn.Linear(fan_in, fan_out), torch.nn.Tanh()]
     torch.manual_seed(0)
+    module = torch.nn.Sequential(*layers[:-1])
     return {k: v.detach().to(device) for k, v in module.named_parameters()}
 
 
@@ -108,6 +104,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=50, help="steps per timing")
     parser.add_argument("--repeats", type=int, default=7, help="timings per figure (median reported)")
+    parser.add_argument("--sizes", default="64,1024,768,256,8", help="MLP layer widths, comma-separated")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled variants")
     args = parser.parse_args()
@@ -115,7 +112,8 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
-    params = make_params(device)
+    sizes = [int(width) for width in args.sizes.split(",")]
+    params = make_params(sizes, device)
     gen = torch.Generator().manual_seed(1)
     grads = {k: torch.randn(v.shape, generator=gen).to(device) for k, v in params.items()}
     n_params = tree.num_elements(params)
@@ -137,7 +135,7 @@ def main() -> None:
         ]
 
     print(
-        f"Adam step, MLP 64-1024-768-256-8 ({n_params:,} params, float32), device {device}, "
+        f"Adam step, MLP {'-'.join(map(str, sizes))} ({n_params:,} params, float32), device {device}, "
         f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
         f"threads {torch.get_num_threads()}; median of {args.repeats} x {args.steps} steps"
     )

@@ -133,10 +133,12 @@ def _tensor_leaves(values: Any, name: str) -> tuple[list[torch.Tensor], optree.P
     """Flatten ``values``; raise TypeError naming ``name`` unless every leaf is a floating tensor."""
     try:
         leaves, spec = tree.flatten(values)
-        paths = optree.tree_paths(values, namespace="funrl")
     except Exception as err:  # optree refuses some objects outright
         raise TypeError(f"{name}: expected a pytree of tensors, got {type(values).__name__}") from err
-    for path, leaf in zip(paths, leaves, strict=True):
+    if all(isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point for leaf in leaves):
+        return leaves, spec
+    # Slow path, errors only: find the offending leaf and its path.
+    for path, leaf in zip(optree.tree_paths(values, namespace="funrl"), leaves, strict=True):
         if not isinstance(leaf, torch.Tensor):
             raise TypeError(
                 f"{name}: expected a pytree of floating-point tensors, got a "
@@ -146,7 +148,7 @@ def _tensor_leaves(values: Any, name: str) -> tuple[list[torch.Tensor], optree.P
             raise TypeError(
                 f"{name}: expected floating-point tensor leaves, got dtype {leaf.dtype} at path {path}"
             )
-    return leaves, spec
+    raise AssertionError("unreachable: some leaf failed the check above")
 
 
 def _check_structure(expected: optree.PyTreeSpec, values: Any, name: str) -> list[torch.Tensor]:
