@@ -56,14 +56,23 @@ def _scan_hop(
 ) -> tuple[Carry, Tree]:
     from torch._higher_order_ops.scan import scan as scan_hop
 
-    def body(carry: Carry, x: Tree) -> tuple[Carry, Tree]:
-        new_carry, y = f(carry, x)
-        # The op forbids outputs aliasing inputs or each other; clones are free after fusion.
-        new_carry = torch_pytree.tree_map(torch.clone, new_carry)
-        y = torch_pytree.tree_map(torch.clone, y)
-        return new_carry, y
+    # The op's body may return only flat lists of tensors (a NamedTuple state is refused), so the
+    # body returns leaves and the trees are rebuilt here. The output tree's structure is read off
+    # one probe call of ``f`` at trace time; its ops are unused, and the compiler drops them.
+    init_leaves, init_spec = torch_pytree.tree_flatten(init)
+    _, y_probe = f(init, torch_pytree.tree_map(lambda leaf: leaf[0], xs))
+    y_spec = torch_pytree.tree_structure(y_probe)
 
-    return scan_hop(body, init, xs, reverse=reverse)
+    def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        new_carry, y = f(torch_pytree.tree_unflatten(carry_leaves, init_spec), x)
+        # The op forbids outputs aliasing inputs or each other; clones are free after fusion.
+        return (
+            [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(new_carry)],
+            [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(y)],
+        )
+
+    carry_leaves, y_leaves = scan_hop(body, init_leaves, xs, reverse=reverse)
+    return torch_pytree.tree_unflatten(carry_leaves, init_spec), torch_pytree.tree_unflatten(y_leaves, y_spec)
 
 
 def scan(
@@ -99,12 +108,17 @@ def scan(
         )
         xs = torch.arange(length, device=device)
     else:
-        sizes = {leaf.shape[0] for leaf in torch_pytree.tree_leaves(xs)}
+        xs_leaves = torch_pytree.tree_leaves(xs)
+        if any(not isinstance(leaf, torch.Tensor) or leaf.dim() == 0 for leaf in xs_leaves):
+            raise ValueError("xs: expected tensor leaves with a leading (scanned) dimension")
+        sizes = {leaf.shape[0] for leaf in xs_leaves}
         if len(sizes) != 1:
             raise ValueError(f"xs: expected leaves sharing their leading dimension, got {sizes}")
         (n,) = sizes
         if length is not None and length != n:
             raise ValueError(f"length: expected {n} (the leading dimension of xs), got {length}")
+        if n < 1:
+            raise ValueError("xs: expected a leading dimension of at least 1 (one step), got 0")
         length = n
     hop = is_compiling() if use_hop is None else use_hop
     if hop:
@@ -119,7 +133,12 @@ def fori_loop(
     init: Carry,
     use_hop: bool | None = None,
 ) -> Carry:
-    """``carry = body(i, carry)`` for ``i`` in ``range(lower, upper)``; via :func:`scan`."""
+    """``carry = body(i, carry)`` for ``i`` in ``range(lower, upper)``; via :func:`scan`.
+
+    An empty range returns ``init`` unchanged, as ``jax.lax.fori_loop`` does.
+    """
+    if upper <= lower:
+        return init
 
     def step(carry: Carry, i: torch.Tensor) -> tuple[Carry, torch.Tensor]:
         return body(i, carry), i

@@ -1,0 +1,179 @@
+"""Tests for funrl.control: the Python-loop path and the higher-order-op path of scan agree."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.func import vmap
+
+import funrl.random as R
+from funrl import tree
+from funrl.control import fori_loop, is_compiling, scan
+
+
+class Carry(NamedTuple):
+    total: torch.Tensor  # float [3]
+    steps: torch.Tensor  # int64 []
+    key: torch.Tensor  # a PRNG key threaded through the loop
+
+
+def step(carry: Carry, x: dict[str, torch.Tensor]) -> tuple[Carry, dict[str, torch.Tensor]]:
+    """A step with float and int carries, a key split per step, and a pytree of outputs."""
+    key, sub = R.split(carry.key)
+    noise = R.uniform(sub, (3,))
+    total = 0.5 * carry.total + x["a"] * x["b"].unsqueeze(-1) + noise
+    y = {"prod": carry.total * x["a"], "steps": carry.steps, "pair": (total.sum(), noise)}
+    return Carry(total=total, steps=carry.steps + 1, key=key), y
+
+
+def make_inputs(length: int, seed: int = 0) -> tuple[Carry, dict[str, torch.Tensor]]:
+    k1, k2, k3 = R.split(R.key(seed), 3)
+    init = Carry(total=R.normal(k1, (3,)), steps=torch.tensor(0), key=k3)
+    xs = {"a": R.normal(k2, (length, 3)), "b": torch.arange(length, dtype=torch.float32)}
+    return init, xs
+
+
+def reference_scan(f, init, xs, reverse=False):
+    """The definition of scan, written out independently of funrl.control."""
+    length = tree.leaves(xs)[0].shape[0]
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    carry, ys = init, [None] * length
+    for t in order:
+        carry, ys[t] = f(carry, tree.index(xs, t))
+    return carry, tree.stack(ys)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("use_hop", [False, True])
+def test_scan_matches_reference(reverse, use_hop):
+    init, xs = make_inputs(5)
+    expected = reference_scan(step, init, xs, reverse)
+    got = scan(step, init, xs, reverse=reverse, use_hop=use_hop)
+    assert tree.tree_equal(got, expected)
+    carry, ys = got
+    assert isinstance(carry, Carry) and carry.steps.item() == 5
+    assert ys["pair"][1].shape == (5, 3) and ys["steps"].dtype == torch.int64
+
+
+@settings(max_examples=10)  # each example traces the op in eager (~1 s)
+@given(length=st.integers(1, 8), seed=st.integers(0, 2**31 - 1), reverse=st.booleans())
+def test_loop_path_equals_hop_path(length, seed, reverse):
+    init, xs = make_inputs(length, seed)
+    loop = scan(step, init, xs, reverse=reverse, use_hop=False)
+    hop = scan(step, init, xs, reverse=reverse, use_hop=True)
+    assert tree.tree_equal(loop, hop)
+
+
+def test_reverse_keeps_outputs_in_index_order():
+    xs = torch.arange(4.0)
+    # Running sum from the end: ys[t] is the sum of xs[t:], the carry entering step t.
+    _, ys = scan(lambda c, x: (c + x, c + x), torch.tensor(0.0), xs, reverse=True)
+    assert ys.tolist() == [6.0, 6.0, 5.0, 3.0]
+
+
+@pytest.mark.parametrize("use_hop", [False, True])
+def test_scan_without_xs_passes_the_step_index(use_hop):
+    carry, ys = scan(lambda c, i: (c * 2 + i, i * i), torch.tensor(1), length=4, use_hop=use_hop)
+    assert carry.item() == ((((1 * 2 + 0) * 2 + 1) * 2 + 2) * 2 + 3)
+    assert ys.tolist() == [0, 1, 4, 9]
+    rev_carry, rev_ys = scan(
+        lambda c, i: (c * 2 + i, i), torch.tensor(1), length=3, reverse=True, use_hop=use_hop
+    )
+    assert rev_carry.item() == (((1 * 2 + 2) * 2 + 1) * 2 + 0)
+    assert rev_ys.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("use_hop", [False, True])
+def test_fori_loop(use_hop):
+    out = fori_loop(2, 6, lambda i, c: c * 10 + i, torch.tensor(0), use_hop=use_hop)
+    assert out.item() == 2345
+    pair = fori_loop(0, 3, lambda i, c: (c[0] + i, c[1] * 2.0), (torch.tensor(0), torch.tensor(1.0)))
+    assert pair[0].item() == 3 and pair[1].item() == 8.0
+
+
+def test_fori_loop_empty_range_returns_init():
+    init = {"x": torch.tensor([1.0, 2.0])}
+    assert fori_loop(3, 3, lambda i, c: {"x": c["x"] + i}, init) is init
+    assert fori_loop(5, 2, lambda i, c: {"x": c["x"] + i}, init) is init
+
+
+def test_vmap_over_scan_equals_loop_of_scans():
+    inits, xss = zip(*[make_inputs(4, seed) for seed in range(3)], strict=True)
+    batched = vmap(lambda i, x: scan(step, i, x))(tree.stack(inits), tree.stack(xss))
+    looped = tree.stack([scan(step, i, x) for i, x in zip(inits, xss, strict=True)])
+    assert tree.tree_equal(batched, looped)
+
+
+def test_grad_through_the_loop_path():
+    xs = torch.linspace(0.0, 1.0, 5)
+
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        final, ys = scan(lambda c, x: (c * w + x, c * c), torch.tensor(1.0), xs)
+        return final + ys.sum()
+
+    w = torch.tensor(0.7, requires_grad=True)
+    (autograd,) = torch.autograd.grad(loss(w), w)
+    assert torch.allclose(torch.func.grad(loss)(w.detach()), autograd)
+
+
+def test_not_compiling_in_eager():
+    assert is_compiling() is False
+
+
+def light_step(carry: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor):
+    """A float and an int carry and a pytree of outputs, without Threefry (cheap to compile)."""
+    total, steps = carry
+    total = 0.5 * total + x
+    return (total, steps + 1), {"total": total, "pair": (steps, x.sum())}
+
+
+def _compiled_workload(xs: torch.Tensor):
+    init = (torch.zeros(xs.shape[1]), torch.tensor(0))
+    forward = scan(light_step, init, xs)
+    backward = scan(light_step, init, xs, reverse=True)
+    counted = scan(lambda c, i: (c * 2 + i, i * i), torch.tensor(1), length=4)
+    looped = fori_loop(2, 6, lambda i, c: c * 10 + i, torch.tensor(0))
+    return forward, backward, counted, looped, is_compiling()
+
+
+@pytest.mark.slow
+def test_compiled_scan_equals_eager_loop():
+    """Under torch.compile(fullgraph=True) scan takes the higher-order op; it must equal eager."""
+    xs = R.normal(R.key(3), (6, 3))
+    compiled = torch.compile(_compiled_workload, fullgraph=True)
+    *got, compiling_inside = compiled(xs)
+    *expected, compiling_eager = _compiled_workload(xs)
+    assert compiling_inside is True and compiling_eager is False
+    assert tree.structure(got) == tree.structure(expected)
+    # Float steps may fuse differently under inductor; integer outputs are exact.
+    assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[0][1]["pair"][0], torch.arange(6))
+    assert torch.equal(got[1][1]["pair"][0], torch.arange(6).flip(0))  # reverse: step t ran (5 - t)-th
+    assert got[2][1].tolist() == [0, 1, 4, 9] and got[3].item() == 2345
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_hop", [False, True])
+def test_bad_input_raises_naming_the_argument(use_hop):
+    f = lambda c, x: (c, x)  # noqa: E731
+    c = torch.tensor(0.0)
+    with pytest.raises(ValueError, match=r"^length: expected a positive int when xs is None"):
+        scan(f, c, use_hop=use_hop)
+    with pytest.raises(ValueError, match=r"^length: expected a positive int"):
+        scan(f, c, length=0, use_hop=use_hop)
+    with pytest.raises(ValueError, match=r"^xs: expected leaves sharing their leading dimension"):
+        scan(f, c, {"a": torch.zeros(3), "b": torch.zeros(4)}, use_hop=use_hop)
+    with pytest.raises(ValueError, match=r"^length: expected 3 \(the leading dimension of xs\), got 4"):
+        scan(f, c, torch.zeros(3), length=4, use_hop=use_hop)
+    with pytest.raises(ValueError, match=r"^xs: expected a leading dimension of at least 1"):
+        scan(f, c, torch.zeros(0, 2), use_hop=use_hop)
+    with pytest.raises(ValueError, match=r"^xs: expected tensor leaves with a leading"):
+        scan(f, c, torch.tensor(1.0), use_hop=use_hop)
