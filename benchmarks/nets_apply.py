@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import platform
 import statistics
 import time
@@ -138,7 +139,7 @@ def main() -> None:
         rows += [(case, what, us) for (what, _), us in zip(group, medians, strict=True)]
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, device {device}, "
-        f"threads {torch.get_num_threads()}"
+        f"threads {torch.get_num_threads()}, load average at the end {os.getloadavg()[0]:.1f}"
     )
     print("| case | implementation | µs per call (median) |")
     print("|---|---|---|")
