@@ -365,7 +365,9 @@ def apply(module: nn.Module, params: Mapping[str, torch.Tensor], *args: Any, **k
 
     ``params`` holds every parameter name of ``module`` (as :func:`init` returns) and optionally
     buffers (see :func:`init_buffers`). Names, types and shapes are checked before the call (static
-    checks, no host sync); an ensemble is ``vmap(apply, in_dims=(None, 0, None))(module, stacked, x)``.
+    checks, no host sync; the module's names and shapes are read at its first ``apply`` and
+    remembered, so do not add or replace its parameters afterwards). An ensemble is
+    ``vmap(apply, in_dims=(None, 0, None))(module, stacked, x)``.
     """
     _check_module(module)
     _check_params(module, params)
