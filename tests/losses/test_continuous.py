@@ -681,3 +681,20 @@ def test_sac_update_compiled_equals_eager():
     # Purity: the same inputs give the same outputs, and the step did change the params.
     assert tree.tree_allclose(_sac_sgd_step(*args, n["actor"], n["critic"]), eager, rtol=0, atol=0)
     assert not tree.tree_allclose(eager[1], n["critic_params"])
+
+
+def test_sac_objective_is_pure_and_vmap_over_keys_equals_loop():
+    n, b = _networks(), _batch(9)
+    keys = random.split(random.key(12), 3)
+
+    def critic_loss(key):
+        return C.sac_critic_objective(
+            n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, key,
+            actor=n["actor"], critic=n["critic"], gamma=0.99,
+        )[0]  # fmt: skip
+
+    batched = torch.func.vmap(critic_loss)(keys)
+    looped = torch.stack([critic_loss(k) for k in keys])
+    torch.testing.assert_close(batched, looped, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(critic_loss(keys[0]), looped[0], rtol=0, atol=0)  # same key, same loss
+    assert len(set(looped.tolist())) == 3  # the key drives the next-action sample
