@@ -6,6 +6,7 @@ from funrl.envs.registry import make, register, registry
 # Each environment module registers its ids on import.
 from funrl.envs import cartpole  # noqa: E402,F401  isort: skip
 from funrl.envs import bsuite  # noqa: E402,F401  isort: skip
+from funrl.envs import minatar  # noqa: E402,F401  isort: skip
 from funrl.envs.batched import BatchedEnv, vmap  # noqa: E402  isort: skip
 from funrl.envs.rollout import RolloutState, Trajectory, rollout  # noqa: E402  isort: skip
 

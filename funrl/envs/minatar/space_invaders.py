@@ -1,0 +1,258 @@
+"""MinAtar SpaceInvaders: shoot down a descending, shooting block of aliens from a cannon.
+
+Reference: ``minatar/environments/space_invaders.py`` and ``minatar/environment.py`` (pip
+``minatar`` 1.0.15); gymnax's ``gymnax/environments/minatar/space_invaders.py`` for the pure
+form. Rules as in MinAtar, in its order within a step: the cannon fires (if its cool-down of 5
+is over) or moves; friendly bullets move up, enemy bullets down (one hit on the cannon
+terminates); the aliens (a 4 x 6 block starting at rows 0-3, columns 2-7, moving left) move one
+column every ``min(#aliens, enemy_move_interval)`` steps, and step down a row and reverse at a
+wall (reaching the cannon, or the bottom row at a wall, terminates); every 10 steps the alien
+nearest the cannon's column (ties: the left one; its lowest cell) shoots; each alien hit by a
+friendly bullet pays ``+1``. When all aliens are gone a new block appears and, with difficulty
+ramping (MinAtar's default), ``enemy_move_interval`` drops by one (from 12, down to 6).
+
+Observation: **bool** ``[10, 10, 6]`` (cannon, alien, alien_left, alien_right, friendly_bullet,
+enemy_bullet), MinAtar's layout. Actions: MinAtar's default full set of 6 (``n l u r d f``),
+or the minimal set ``(n, l, r, f)`` with ``use_minimal_action_set=True``. Sticky actions with
+probability 0.1 as ``minatar.Environment``'s default.
+
+Deliberate differences: the previous action (for sticky actions) restarts as no-op on each new
+episode; funrl truncates at ``max_steps_in_episode`` (1000 by default, gymnax's value), MinAtar
+has no time limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+
+from funrl.envs.core import Box, Discrete, Environment, EnvParams, check_action_static, time_limit_reached
+from funrl.envs.minatar._common import (
+    FIRE,
+    GRID,
+    LEFT,
+    NUM_ACTIONS,
+    RIGHT,
+    grid_coords,
+    one_hot_cell,
+    resolve_action,
+)
+from funrl.envs.minatar.breakout import check_minatar_options
+from funrl.envs.registry import register
+
+__all__ = ["SpaceInvaders", "SpaceInvadersParams", "SpaceInvadersState", "make_space_invaders"]
+
+MINIMAL_ACTION_SET = (0, 1, 3, 5)  # n, l, r, f
+SHOT_COOL_DOWN = 5
+ENEMY_MOVE_INTERVAL = 12
+ENEMY_SHOT_INTERVAL = 10
+FASTEST_MOVE_INTERVAL = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceInvadersParams(EnvParams):
+    sticky_action_prob: float = 0.1
+    use_minimal_action_set: bool = False
+    ramping: bool = True
+    max_steps_in_episode: int = 1000
+
+
+class SpaceInvadersState(NamedTuple):
+    pos: torch.Tensor  # cannon column (row 9)
+    f_bullet_map: torch.Tensor  # bool [10, 10]
+    e_bullet_map: torch.Tensor  # bool [10, 10]
+    alien_map: torch.Tensor  # bool [10, 10]
+    alien_dir: torch.Tensor  # -1 left, +1 right
+    enemy_move_interval: torch.Tensor
+    alien_move_timer: torch.Tensor
+    alien_shot_timer: torch.Tensor
+    ramp_index: torch.Tensor
+    shot_timer: torch.Tensor
+    last_action: torch.Tensor  # full-set index, for sticky actions
+    time: torch.Tensor
+
+
+def initial_aliens(device: torch.device) -> torch.Tensor:
+    rows, cols = grid_coords(device)
+    return (rows <= 3) & (cols >= 2) & (cols <= 7)
+
+
+def shift_rows(board: torch.Tensor, shift: int) -> torch.Tensor:
+    """``np.roll`` by ``shift`` rows, then clear the rows that wrapped in (MinAtar's bullet move)."""
+    rolled = torch.roll(board, shift, dims=0)
+    rows, _ = grid_coords(board.device)
+    cleared = rows == (GRID - 1 if shift < 0 else 0)
+    return rolled & ~cleared
+
+
+def nearest_alien_shot(alien_map: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """A bool board with the cell that fires: in the occupied column nearest ``pos`` (ties to the
+    left, as MinAtar's stable sort of columns by distance), the alien lowest on the screen."""
+    rows, cols = grid_coords(alien_map.device)
+    occupied = alien_map.any(dim=0)  # [10] columns
+    order = (cols[0] - pos).abs() * GRID + cols[0]  # distance first, then column
+    order = torch.where(occupied, order, GRID * GRID * 2)
+    column = torch.argmin(order)
+    in_column = alien_map & (cols == column)
+    lowest = torch.where(in_column.any(dim=1), rows[:, 0], -1).max()
+    return one_hot_cell(lowest, column) & occupied.any()
+
+
+class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
+    @property
+    def name(self) -> str:
+        return "SpaceInvaders-MinAtar"
+
+    @property
+    def default_params(self) -> SpaceInvadersParams:
+        return SpaceInvadersParams()
+
+    def observation(self, state: SpaceInvadersState, params: SpaceInvadersParams) -> torch.Tensor:
+        cannon = one_hot_cell(torch.full_like(state.pos, GRID - 1), state.pos)
+        moving_left = state.alien_dir < 0
+        return torch.stack(
+            [
+                cannon,
+                state.alien_map,
+                state.alien_map & moving_left,
+                state.alien_map & ~moving_left,
+                state.f_bullet_map,
+                state.e_bullet_map,
+            ],
+            dim=-1,
+        )
+
+    def reset_env(
+        self, key: torch.Tensor, params: SpaceInvadersParams
+    ) -> tuple[torch.Tensor, SpaceInvadersState]:
+        def scalar(v: int) -> torch.Tensor:
+            return torch.full((), v, dtype=torch.int64, device=key.device)
+
+        empty = torch.zeros(GRID, GRID, dtype=torch.bool, device=key.device)
+        state = SpaceInvadersState(
+            pos=scalar(5),
+            f_bullet_map=empty,
+            e_bullet_map=empty.clone(),
+            alien_map=initial_aliens(key.device).clone(),
+            alien_dir=scalar(-1),
+            enemy_move_interval=scalar(ENEMY_MOVE_INTERVAL),
+            alien_move_timer=scalar(ENEMY_MOVE_INTERVAL),
+            alien_shot_timer=scalar(ENEMY_SHOT_INTERVAL),
+            ramp_index=scalar(0),
+            shot_timer=scalar(0),
+            last_action=scalar(0),
+            time=scalar(0),
+        )
+        return self.observation(state, params), state
+
+    def step_env(
+        self, key: torch.Tensor, state: SpaceInvadersState, action: torch.Tensor, params: SpaceInvadersParams
+    ):
+        check_action_static(action, self.action_space(params))
+        action_set = MINIMAL_ACTION_SET if params.use_minimal_action_set else None
+        a = resolve_action(key, action, state.last_action, action_set, params.sticky_action_prob)
+        rows, cols = grid_coords(key.device)
+
+        # The cannon: fire (when cooled down), else move.
+        fires = (a == FIRE) & (state.shot_timer == 0)
+        cannon_cell = one_hot_cell(torch.full_like(state.pos, GRID - 1), state.pos)
+        f_bullets = state.f_bullet_map | (cannon_cell & fires)
+        shot_timer = torch.where(fires, SHOT_COOL_DOWN, state.shot_timer)
+        pos = torch.where(~fires & (a == LEFT), (state.pos - 1).clamp(min=0), state.pos)
+        pos = torch.where(~fires & (a == RIGHT), (pos + 1).clamp(max=GRID - 1), pos)
+        cannon_cell = one_hot_cell(torch.full_like(pos, GRID - 1), pos)
+
+        # Bullets.
+        f_bullets = shift_rows(f_bullets, -1)
+        e_bullets = shift_rows(state.e_bullet_map, 1)
+        terminated = (e_bullets & cannon_cell).any()
+
+        # Aliens: move on the timer; at a wall reverse and descend.
+        aliens = state.alien_map
+        terminated = terminated | (aliens & cannon_cell).any()
+        moves = state.alien_move_timer == 0
+        count = aliens.sum()
+        alien_move_timer = torch.where(
+            moves, torch.minimum(count, state.enemy_move_interval), state.alien_move_timer
+        )
+        at_wall = (aliens[:, 0].any() & (state.alien_dir < 0)) | (
+            aliens[:, GRID - 1].any() & (state.alien_dir > 0)
+        )
+        descend = moves & at_wall
+        sideways = moves & ~at_wall
+        terminated = terminated | (descend & aliens[GRID - 1].any())
+        alien_dir = torch.where(descend, -state.alien_dir, state.alien_dir)
+        shifted_side = torch.where(
+            state.alien_dir > 0, torch.roll(aliens, 1, dims=1), torch.roll(aliens, -1, dims=1)
+        )
+        aliens = torch.where(
+            descend, torch.roll(aliens, 1, dims=0), torch.where(sideways, shifted_side, aliens)
+        )
+        terminated = terminated | (moves & (aliens & cannon_cell).any())
+
+        # The nearest alien shoots on its timer.
+        shoots = state.alien_shot_timer == 0
+        alien_shot_timer = torch.where(shoots, ENEMY_SHOT_INTERVAL, state.alien_shot_timer)
+        e_bullets = e_bullets | (nearest_alien_shot(aliens, pos) & shoots)
+
+        # Hits.
+        kills = aliens & f_bullets
+        reward = kills.sum().to(torch.float32)
+        aliens = aliens & ~kills
+        f_bullets = f_bullets & ~kills
+
+        # Timers, and a new wave (faster, with ramping) when the block is cleared.
+        shot_timer = shot_timer - (shot_timer > 0).to(torch.int64)
+        alien_move_timer = alien_move_timer - 1
+        alien_shot_timer = alien_shot_timer - 1
+        cleared = ~aliens.any()
+        ramps = cleared & (state.enemy_move_interval > FASTEST_MOVE_INTERVAL) & params.ramping
+        enemy_move_interval = state.enemy_move_interval - ramps.to(torch.int64)
+        ramp_index = state.ramp_index + ramps.to(torch.int64)
+        aliens = aliens | (cleared & initial_aliens(key.device))
+
+        time = state.time + 1
+        state = SpaceInvadersState(
+            pos=pos,
+            f_bullet_map=f_bullets,
+            e_bullet_map=e_bullets,
+            alien_map=aliens,
+            alien_dir=alien_dir,
+            enemy_move_interval=enemy_move_interval,
+            alien_move_timer=alien_move_timer,
+            alien_shot_timer=alien_shot_timer,
+            ramp_index=ramp_index,
+            shot_timer=shot_timer,
+            last_action=a,
+            time=time,
+        )
+        truncated = time_limit_reached(time, params) & ~terminated
+        return self.observation(state, params), state, reward, terminated, truncated, {}
+
+    def observation_space(self, params: SpaceInvadersParams | None = None) -> Box:
+        return Box(low=False, high=True, shape=(GRID, GRID, 6), dtype=torch.bool)
+
+    def action_space(self, params: SpaceInvadersParams | None = None) -> Discrete:
+        params = self.default_params if params is None else params
+        return Discrete(len(MINIMAL_ACTION_SET) if params.use_minimal_action_set else NUM_ACTIONS)
+
+
+def make_space_invaders(
+    sticky_action_prob: float = 0.1,
+    use_minimal_action_set: bool = False,
+    ramping: bool = True,
+    max_episode_steps: int = 1000,
+) -> tuple[SpaceInvaders, SpaceInvadersParams]:
+    check_minatar_options(sticky_action_prob, max_episode_steps)
+    params = SpaceInvadersParams(
+        sticky_action_prob=float(sticky_action_prob),
+        use_minimal_action_set=bool(use_minimal_action_set),
+        ramping=bool(ramping),
+        max_steps_in_episode=max_episode_steps,
+    )
+    return SpaceInvaders(), params
+
+
+register("SpaceInvaders-MinAtar", make_space_invaders)
