@@ -1,9 +1,17 @@
 """Shared test settings: reproducible hypothesis runs, single-threaded torch for stable timing-free tests."""
 
 import os
+import tempfile
 
-import torch
-from hypothesis import HealthCheck, settings
+# Each pytest-xdist worker compiles into its own inductor cache: workers writing one shared cache
+# at once can read each other's half-written kernels ("file too short").
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"funrl-inductor-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
+)
+
+import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # Fixed derivation of examples so a failure reproduces on every machine and every run.
 settings.register_profile(
