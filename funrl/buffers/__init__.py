@@ -9,6 +9,18 @@
 
 ``add`` writes into the storage of the state it receives and returns the state to use from then
 on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
+``add`` and ``sample`` cost O(batch), vmap over stacked states (one buffer per seed) and compile
+with ``torch.compile(fullgraph=True)``.
+
+Also here:
+
+- ``prioritised(capacity, alpha, beta)`` / ``prioritised_trajectory(...)``: proportional PER on a
+  tensor sum-tree, with ``update_priorities(state, indices, priorities)``;
+- ``without_replacement.minibatches(key, batch, num_minibatches)`` (and ``epochs``): PPO's
+  shuffle-and-split sampler over a fixed batch;
+- ``mixer(buffers, proportions)``: one sample drawn from several buffers in fixed shares;
+- ``save(state, path)`` / ``load(path, mmap=True)``: atomic, checksummed, memory-mapped files;
+- ``to_tensordict`` / ``from_tensordict``: items under TorchRL's keys, both ways.
 """
 
 from funrl.buffers import sum_tree, without_replacement

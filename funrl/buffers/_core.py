@@ -108,42 +108,66 @@ def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
 
     ``storage`` leaves are ``[*storage_dims, *item_shape]`` with ``batch_ndim`` storage dims;
     ``batch`` leaves must be ``[*batch_dims, *item_shape]`` with the same ``batch_dims`` across
-    leaves. Static checks only (shapes, dtypes), so they are free under ``torch.compile``.
+    leaves. Static checks only (shapes, dtypes), so they are free under ``torch.compile``; leaf
+    paths are worked out only to word an error.
     """
-    s_paths, s_leaves, s_spec = flatten_with_path(storage)
-    b_paths, b_leaves, b_spec = flatten_with_path(batch)
+    s_leaves, s_spec = optree.tree_flatten(storage, none_is_leaf=False, namespace=_NAMESPACE)
+    b_leaves, b_spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
     if b_spec != s_spec:
+        s_paths = flatten_with_path(storage)[0]
+        b_paths = flatten_with_path(batch)[0]
         missing = [path_str(p) for p in s_paths if p not in set(b_paths)]
         extra = [path_str(p) for p in b_paths if p not in set(s_paths)]
         raise ValueError(
             f"{name}: expected the tree structure given to init, {s_spec}, got {b_spec} "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
-    dims: tuple[int, ...] | None = None
-    first_path = None
-    for path, leaf, stored in zip(s_paths, b_leaves, s_leaves, strict=True):
-        where = f"{name}: leaf {path_str(path)}"
-        if not isinstance(leaf, torch.Tensor):
-            raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
-        if leaf.dtype != stored.dtype:
-            raise TypeError(f"{where} expected dtype {stored.dtype} (as given to init), got {leaf.dtype}")
-        item_shape = tuple(stored.shape[batch_ndim:])
-        if leaf.dim() != batch_ndim + len(item_shape) or tuple(leaf.shape[batch_ndim:]) != item_shape:
-            raise ValueError(
-                f"{where} expected shape [{batch_ndim} leading batch dim(s), *{list(item_shape)}], "
-                f"got {list(leaf.shape)}"
-            )
+    dims = None
+    for i, (leaf, stored) in enumerate(zip(b_leaves, s_leaves, strict=True)):
+        if (
+            not isinstance(leaf, torch.Tensor)
+            or leaf.dtype != stored.dtype
+            or leaf.shape[batch_ndim:] != stored.shape[batch_ndim:]
+            or leaf.dim() != stored.dim()
+            or leaf.device != stored.device
+            or (dims is not None and leaf.shape[:batch_ndim] != dims)
+        ):
+            _raise_bad_leaf(i, leaf, stored, s_leaves, b_leaves, storage, batch_ndim, name)
         if dims is None:
-            dims, first_path = tuple(leaf.shape[:batch_ndim]), path
-        elif tuple(leaf.shape[:batch_ndim]) != dims:
-            raise ValueError(
-                f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
-                f"{path_str(first_path)} has {list(dims)}; all leaves must agree"
-            )
-        if leaf.device != stored.device:
-            raise ValueError(f"{where} expected device {stored.device}, got {leaf.device}")
+            dims = leaf.shape[:batch_ndim]
     assert dims is not None
-    return dims
+    return tuple(dims)
+
+
+def _raise_bad_leaf(
+    i: int,
+    leaf: Any,
+    stored: torch.Tensor,
+    s_leaves: list,
+    b_leaves: list,
+    storage: Tree,
+    batch_ndim: int,
+    name: str,
+) -> None:
+    paths = flatten_with_path(storage)[0]
+    where = f"{name}: leaf {path_str(paths[i])}"
+    if not isinstance(leaf, torch.Tensor):
+        raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
+    if leaf.dtype != stored.dtype:
+        raise TypeError(f"{where} expected dtype {stored.dtype} (as given to init), got {leaf.dtype}")
+    item_shape = list(stored.shape[batch_ndim:])
+    if leaf.dim() != stored.dim() or leaf.shape[batch_ndim:] != stored.shape[batch_ndim:]:
+        raise ValueError(
+            f"{where} expected shape [{batch_ndim} leading batch dim(s), *{item_shape}], "
+            f"got {list(leaf.shape)}"
+        )
+    if leaf.device != stored.device:
+        raise ValueError(f"{where} expected device {stored.device}, got {leaf.device}")
+    first = b_leaves[0]
+    raise ValueError(
+        f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
+        f"{path_str(paths[0])} has {list(first.shape[:batch_ndim])}; all leaves must agree"
+    )
 
 
 def check_batch_size(batch_size: int, name: str = "batch_size") -> None:

@@ -121,3 +121,22 @@ def test_vmap_over_buffer_states_equals_a_loop():
     mapped = vmap(buf.sample, in_dims=(0, 0, None))(batched, keys, 4)
     looped = tree.stack([buf.sample(s, k, 4) for s, k in zip(singles, keys, strict=True)])
     assert tree.tree_equal(mapped, looped)
+
+
+@pytest.mark.slow
+def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
+    buf = fb.trajectory(2, 7, 3)
+
+    def step(state, batch, key):
+        state = buf.add(state, batch)
+        return state, buf.sample(state, key, 5)
+
+    compiled = torch.compile(step, fullgraph=True)
+    eager = buf.init(EXAMPLE)
+    mine = fb.copy_state(eager)
+    for i in range(4):  # 12 steps into 7 slots: wraps around
+        batch = steps(2, 3 * i, 3)
+        eager, eager_sample = step(eager, batch, frandom.key(i))
+        mine, mine_sample = compiled(mine, batch, frandom.key(i))
+        assert tree.tree_equal(mine, eager)
+        assert tree.tree_equal(mine_sample, eager_sample)
