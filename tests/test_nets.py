@@ -619,6 +619,31 @@ def test_tied_parameters_appear_once_and_stay_tied():
     assert list(grads) == ["encoder.weight"]
 
 
+class _SharedLayer(nn.Module):
+    """One Linear registered under two names (weight sharing by module reuse)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+        self.second = self.first
+
+    def forward(self, x):
+        return self.second(torch.tanh(self.first(x)))
+
+
+def test_shared_submodule_is_one_set_of_params():
+    skeleton = nets.skeleton(_SharedLayer)
+    params = nets.init(skeleton, KEY)
+    assert list(params) == ["first.weight", "first.bias"]
+    x = torch.randn(5, 3)
+    w, b = params["first.weight"], params["first.bias"]
+    torch.testing.assert_close(nets.apply(skeleton, params, x), torch.tanh(x @ w.T + b) @ w.T + b)
+    ensemble = nets.init_ensemble(skeleton, KEY, 2)
+    out = torch.func.vmap(nets.apply, in_dims=(None, 0, None))(skeleton, ensemble, x)
+    loop = torch.stack([nets.apply(skeleton, p, x) for p in tree.unstack(ensemble)])
+    torch.testing.assert_close(out, loop)
+
+
 def test_subparams_errors():
     with pytest.raises(ValueError, match="prefix: no entry of params lies under 'actor'"):
         nets.subparams({"critic.0.weight": torch.zeros(1)}, "actor")
