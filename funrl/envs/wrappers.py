@@ -47,6 +47,7 @@ __all__ = [
     "FrameStack",
     "FrameStackState",
     "Validate",
+    "under_torch_compile",
 ]
 
 StepOut = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
@@ -518,8 +519,19 @@ class FrameStack(Wrapper):
 # --------------------------------------------------------------------------------------------
 
 
-def _is_traced(*trees: Any) -> bool:
+def under_torch_compile() -> bool:
+    """True while dynamo traces the caller, and also while it runs the caller eagerly after a graph
+    break inside a compiled function (its frame callback is still installed then), so a refusal
+    raised here reaches the user instead of being absorbed by a graph break."""
     if torch.compiler.is_compiling():
+        return True
+    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    callback = eval_frame.get_eval_frame_callback() if eval_frame is not None else None
+    return callback not in (None, False)
+
+
+def _is_traced(*trees: Any) -> bool:
+    if under_torch_compile():
         return True
     return any(
         isinstance(x, torch.Tensor) and torch._C._functorch.is_batchedtensor(x)
