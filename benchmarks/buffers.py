@@ -1,0 +1,289 @@
+"""Replay buffer add / sample throughput: funrl.buffers vs TorchRL and a plain in-place ring buffer.
+
+Items are MuJoCo-sized transitions: obs f32[17], action f32[6], reward f32, done bool,
+next_obs f32[17]. For each capacity the buffer is first filled (so adds wrap around and samples
+draw from the whole storage), then timed:
+
+- add: one batch of 256 transitions per call;
+- sample: 256 transitions per call, uniformly;
+- prioritised (at --prioritised-capacity): sample 256 + update 256 priorities per call.
+
+Contestants, all in the same process and run:
+
+- ``funrl eager``: ``funrl.buffers.flat`` called directly (includes its eager stale-state and
+  can-sample checks, which read two scalars);
+- ``funrl compiled``: the same functions under ``torch.compile(fullgraph=True)``;
+- ``plain ring``: preallocated tensors written with ``index_copy_`` at a Python-int pointer and
+  sampled with ``torch.randint`` + indexing: the floor any buffer pays;
+- ``torchrl``: ``ReplayBuffer(storage=LazyTensorStorage(capacity))`` holding TensorDicts
+  (``extend`` / ``sample``), and ``TensorDictReplayBuffer`` over the same storage type;
+  prioritised: ``TensorDictPrioritizedReplayBuffer`` (``sample`` + ``update_priority``).
+
+Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up.
+
+    python benchmarks/buffers.py --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import funrl.buffers as fb
+from funrl import random as frandom
+
+BATCH = 256
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(call: Callable[[], None], device: torch.device, iters: int, repeats: int) -> float:
+    """Median seconds per call over ``repeats`` runs of ``iters`` calls (after a warm-up run)."""
+    for _ in range(max(3, iters // 4)):
+        call()
+    sync(device)
+    per_call = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            call()
+        sync(device)
+        per_call.append((time.perf_counter() - start) / iters)
+    return statistics.median(per_call)
+
+
+def example_item(device: torch.device) -> dict[str, torch.Tensor]:
+    return {
+        "obs": torch.zeros(17, device=device),
+        "action": torch.zeros(6, device=device),
+        "reward": torch.zeros((), device=device),
+        "done": torch.zeros((), dtype=torch.bool, device=device),
+        "next_obs": torch.zeros(17, device=device),
+    }
+
+
+def make_batch(size: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return {
+        "obs": torch.randn(size, 17, generator=g).to(device),
+        "action": torch.randn(size, 6, generator=g).to(device),
+        "reward": torch.randn(size, generator=g).to(device),
+        "done": (torch.rand(size, generator=g) < 0.01).to(device),
+        "next_obs": torch.randn(size, 17, generator=g).to(device),
+    }
+
+
+FILL_CHUNK = 1 << 16
+
+
+class PlainRing:
+    """Preallocated storage, Python-int write pointer, index_copy_ writes: the floor."""
+
+    def __init__(self, capacity: int, device: torch.device):
+        self.capacity = capacity
+        self.storage = {
+            k: torch.zeros((capacity, *v.shape), dtype=v.dtype, device=device)
+            for k, v in example_item(device).items()
+        }
+        self.ptr = 0
+        self.size = 0
+        self.device = device
+        self.arange = {}
+
+    def add(self, batch: dict[str, torch.Tensor]) -> None:
+        n = next(iter(batch.values())).shape[0]
+        if n not in self.arange:
+            self.arange[n] = torch.arange(n, device=self.device)
+        rows = (self.arange[n] + self.ptr) % self.capacity
+        for k, v in batch.items():
+            self.storage[k].index_copy_(0, rows, v)
+        self.ptr = (self.ptr + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, n: int) -> dict[str, torch.Tensor]:
+        idx = torch.randint(self.size, (n,), device=self.device)
+        return {k: v[idx] for k, v in self.storage.items()}
+
+
+def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple[float, float, float]:
+    """(add s, sample s, compile s) for ``buf`` eager or under ``torch.compile(fullgraph=True)``."""
+    key = frandom.key(0)
+    state = buf.init(example_item(device))
+    for _ in range(n_fill):
+        state = buf.add(state, fill)
+    add = torch.compile(buf.add, fullgraph=True) if mode == "compiled" else buf.add
+    sample = torch.compile(buf.sample, fullgraph=True) if mode == "compiled" else buf.sample
+    holder = [state]
+
+    def do_add() -> None:
+        holder[0] = add(holder[0], batch)
+
+    compile_s = 0.0
+    if mode == "compiled":
+        start = time.perf_counter()
+        do_add()
+        sample(holder[0], key, BATCH)
+        sync(device)
+        compile_s = time.perf_counter() - start
+    t_add = time_call(do_add, device, args.iters, args.repeats)
+    t_sample = time_call(lambda: sample(holder[0], key, BATCH), device, args.iters, args.repeats)
+    return t_add, t_sample, compile_s
+
+
+def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace, rows: list) -> None:
+    batch = make_batch(BATCH, device, seed=1)
+    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
+    n_fill = -(-capacity // FILL_CHUNK)
+
+    # funrl eager and compiled share one buffer definition; each has its own storage in turn.
+    buf = fb.flat(capacity)
+    for mode in ("eager", "compiled"):
+        rows.append(
+            (capacity, f"funrl {mode}", *_bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args))
+        )
+        gc.collect()
+
+    ring = PlainRing(capacity, device)
+    for _ in range(n_fill):
+        ring.add(fill)
+    t_add = time_call(lambda: ring.add(batch), device, args.iters, args.repeats)
+    t_sample = time_call(lambda: ring.sample(BATCH), device, args.iters, args.repeats)
+    rows.append((capacity, "plain ring", t_add, t_sample, 0.0))
+    ring.storage = {}
+    gc.collect()
+
+    if not args.no_torchrl:
+        from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
+
+        td_batch = fb.to_tensordict(batch)
+        td_fill = fb.to_tensordict(fill)
+        for name, cls in (
+            ("torchrl ReplayBuffer", ReplayBuffer),
+            ("torchrl TensorDictReplayBuffer", TensorDictReplayBuffer),
+        ):
+            rb = cls(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
+            for _ in range(n_fill):
+                rb.extend(td_fill)
+            t_add = time_call(lambda rb=rb: rb.extend(td_batch), device, args.iters, args.repeats)
+            t_sample = time_call(lambda rb=rb: rb.sample(), device, args.iters, args.repeats)
+            rows.append((capacity, name, t_add, t_sample, 0.0))
+            rb.empty()
+            gc.collect()
+
+
+def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
+    out = []
+    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
+    n_fill = -(-capacity // FILL_CHUNK)
+    buf = fb.prioritised(capacity, alpha=0.6, beta=0.4)
+    new_priorities = torch.rand(BATCH, generator=torch.Generator().manual_seed(3)).to(device) + 0.01
+    key = frandom.key(0)
+
+    def step(state):
+        sample = buf.sample(state, key, BATCH)
+        return buf.update_priorities(state, sample.indices, new_priorities), sample
+
+    for mode in ("eager", "compiled"):
+        state = buf.init(example_item(device))
+        for _ in range(n_fill):
+            state = buf.add(state, fill)
+        fn = torch.compile(step, fullgraph=True) if mode == "compiled" else step
+        holder = [state]
+
+        def call(fn=fn, holder=holder) -> None:
+            holder[0], _ = fn(holder[0])
+
+        compile_s = 0.0
+        if mode == "compiled":
+            start = time.perf_counter()
+            call()
+            sync(device)
+            compile_s = time.perf_counter() - start
+        out.append(
+            (
+                capacity,
+                f"funrl prioritised {mode}",
+                time_call(call, device, args.iters, args.repeats),
+                compile_s,
+            )
+        )
+        holder.clear()
+        gc.collect()
+
+    if not args.no_torchrl:
+        from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+
+        try:
+            rb = TensorDictPrioritizedReplayBuffer(
+                alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH
+            )
+        except RuntimeError as err:  # its segment trees are a C++ extension some builds lack
+            print(f"# torchrl TensorDictPrioritizedReplayBuffer unavailable: {err}")
+            return out
+        td_fill = fb.to_tensordict(fill)
+        for _ in range(n_fill):
+            rb.extend(td_fill)
+
+        def torchrl_step() -> None:
+            sample = rb.sample()
+            rb.update_priority(sample["index"], new_priorities)
+
+        out.append(
+            (
+                capacity,
+                "torchrl TensorDictPrioritizedReplayBuffer",
+                time_call(torchrl_step, device, args.iters, args.repeats),
+                0.0,
+            )
+        )
+        rb.empty()
+        gc.collect()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--capacities", default="10000,1000000,10000000")
+    parser.add_argument("--prioritised-capacity", type=int, default=1_000_000)
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared box)")
+    parser.add_argument("--no-torchrl", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    machine = platform.processor() or platform.machine()
+    print(f"# torch {torch.__version__}, {machine}, device {device}, threads {args.threads}")
+    rows: list = []
+    for capacity in (int(c) for c in args.capacities.split(",")):
+        bench_capacity(capacity, device, args, rows)
+    print(
+        "| capacity | buffer | add 256 (µs) | add (M transitions/s) "
+        "| sample 256 (µs) | sample (M transitions/s) | compile (s) |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for capacity, name, t_add, t_sample, compile_s in rows:
+        print(
+            f"| {capacity:.0e} | {name} | {t_add * 1e6:.1f} | {BATCH / t_add / 1e6:.2f} | "
+            f"{t_sample * 1e6:.1f} | {BATCH / t_sample / 1e6:.2f} | {compile_s:.1f} |"
+        )
+    prio = bench_prioritised(args.prioritised_capacity, device, args)
+    print()
+    print("| capacity | buffer | sample 256 + update 256 (µs) | compile (s) |")
+    print("|---:|---|---:|---:|")
+    for capacity, name, t, compile_s in prio:
+        print(f"| {capacity:.0e} | {name} | {t * 1e6:.1f} | {compile_s:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
