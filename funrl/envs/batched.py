@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from funrl import random
+from funrl import tree as ftree
 from funrl.envs.core import Environment, Space
 
 __all__ = ["BatchedEnv", "vmap"]
@@ -101,7 +102,10 @@ class BatchedEnv:
     def reset(self, key: torch.Tensor, params: Any = None) -> tuple[torch.Tensor, Any]:
         """Reset all environments: ``(obs [num_envs, ...], state)``."""
         shared, batched = self._split_params(params)
-        return self._reset(self.keys(key), batched, shared)
+        obs, state = self._reset(self.keys(key), batched, shared)
+        # Per-env fields sliced from one draw come out strided; step returns contiguous leaves, so
+        # a compiled step would otherwise specialise (and recompile) on the first call's strides.
+        return obs.contiguous(), ftree.map(torch.Tensor.contiguous, state)
 
     def step(
         self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None

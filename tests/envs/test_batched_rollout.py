@@ -1,0 +1,187 @@
+"""Batched view (``funrl.envs.vmap``), auto-reset, and the ``rollout`` collector: eager and compiled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funrl.envs as E
+from funrl import random
+from funrl import tree as ftree
+from funrl.envs.cartpole import CartPoleState
+
+
+def cartpole_state(x, x_dot, theta, theta_dot, time):
+    f = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    return CartPoleState(f(x), f(x_dot), f(theta), f(theta_dot), torch.tensor(time, dtype=torch.int32))
+
+
+def random_policy(num_actions: int):
+    def policy(key, obs):
+        action = random.randint(key, obs.shape[:-1], 0, num_actions)
+        return action, {"obs_sum": obs.sum(-1)}
+
+    return policy
+
+
+# ------------------------------------------------------------------------------- auto-reset
+
+
+def test_step_auto_resets_on_the_exact_step_of_termination():
+    env, params = E.make("CartPole-v1")
+    state = cartpole_state(2.39, 1.0, 0.0, 0.0, time=10)  # x + 0.02 * 1.0 = 2.41: beyond 2.4
+    key = random.key(3)
+    obs, new_state, reward, terminated, truncated, info = env.step(key, state, torch.tensor(1), params)
+    raw_obs, raw_state, *_ = env.step_env(random.split(key)[0], state, torch.tensor(1), params)
+    assert bool(terminated) and not bool(truncated) and float(reward) == 1.0
+    torch.testing.assert_close(info["final_obs"], raw_obs, rtol=0, atol=0)
+    assert float(info["final_obs"][0]) > 2.4
+    assert int(new_state.time) == 0 and bool((obs.abs() < 0.05).all())
+    torch.testing.assert_close(obs, env.get_obs(new_state), rtol=0, atol=0)
+    # The step before: no reset, final_obs is the obs itself.
+    state = cartpole_state(2.0, 1.0, 0.0, 0.0, time=10)
+    obs, new_state, _, terminated, truncated, info = env.step(key, state, torch.tensor(1), params)
+    assert not bool(terminated | truncated) and int(new_state.time) == 11
+    torch.testing.assert_close(info["final_obs"], obs, rtol=0, atol=0)
+
+
+def test_step_auto_resets_on_the_exact_step_of_truncation():
+    env, params = E.make("CartPole-v1", max_episode_steps=20)
+    _, state = env.reset(random.key(0), params)
+    key = random.key(1)
+    for t in range(1, 21):
+        key, k = random.split(key)
+        obs, state, _, terminated, truncated, info = env.step(k, state, torch.tensor(t % 2), params)
+        assert not bool(terminated)
+        assert bool(truncated) == (t == 20)
+    assert int(state.time) == 0
+    assert not torch.equal(info["final_obs"], obs)
+    assert float(info["final_obs"].abs().max()) > 0.05 > float(obs.abs().max())
+
+
+# ------------------------------------------------------------------------------ batched view
+
+
+@given(seed=st.integers(0, 2**32 - 1), num_envs=st.integers(1, 9))
+def test_batched_view_equals_single_envs_with_split_keys(seed, num_envs):
+    env, params = E.make("CartPole-v1")
+    batched = E.vmap(env, num_envs)
+    key = random.key(seed)
+    obs, state = batched.reset(key, params)
+    keys = random.split(key, num_envs)
+    for i in range(num_envs):
+        assert ftree.tree_equal((obs[i], ftree.index(state, i)), env.reset(keys[i], params))
+    action = random.randint(random.fold_in(key, 1), (num_envs,), 0, 2)
+    out = batched.step(random.fold_in(key, 2), state, action, params)
+    step_keys = random.split(random.fold_in(key, 2), num_envs)
+    for i in range(num_envs):
+        single = env.step(step_keys[i], ftree.index(state, i), action[i], params)
+        assert ftree.tree_equal(ftree.index(out, i), single)
+
+
+def test_batched_view_rejects_bad_input():
+    env, params = E.make("CartPole-v1")
+    batched = E.vmap(env, 4)
+    _, state = batched.reset(random.key(0), params)
+    with pytest.raises(ValueError, match="action: expected a leading dimension num_envs=4"):
+        batched.step(random.key(1), state, torch.zeros(3, dtype=torch.int64), params)
+    with pytest.raises(TypeError, match="action: expected an integer tensor"):
+        batched.step(random.key(1), state, torch.zeros(4), params)
+    with pytest.raises(ValueError, match="num_envs"):
+        E.vmap(env, 0)
+    with pytest.raises(ValueError, match="batched_params"):
+        E.vmap(env, 4, batched_params=("gravityy",))
+    shaped_wrong = E.cartpole.CartPoleParams(gravity=torch.ones(3))
+    with pytest.raises(ValueError, match=r"params.gravity: expected a tensor with leading dimension"):
+        E.vmap(env, 4, batched_params=("gravity",)).reset(random.key(0), shaped_wrong)
+
+
+# ----------------------------------------------------------------------------------- rollout
+
+
+def manual_rollout(env, params, policy, key, obs, state, num_steps):
+    """The loop ``rollout`` promises, written out."""
+    records = []
+    for t in range(num_steps):
+        key_policy, key_env = random.split(random.fold_in(key, t))
+        action, extras = policy(key_policy, obs)
+        next_obs, state, reward, terminated, truncated, info = env.step(key_env, state, action, params)
+        records.append((obs, action, reward, terminated, truncated, info["final_obs"], extras))
+        obs = next_obs
+    return obs, state, records
+
+
+def test_rollout_equals_the_loop_it_documents():
+    env, params = E.make("CartPole-v1", max_episode_steps=25)
+    batched = E.vmap(env, 5)
+    obs, state = batched.reset(random.key(0), params)
+    policy = random_policy(2)
+    (last_obs, last_state), traj = E.rollout(batched, params, policy, random.key(9), (obs, state), 40)
+    ref_obs, ref_state, records = manual_rollout(batched, params, policy, random.key(9), obs, state, 40)
+    assert traj.obs.shape == (40, 5, 4) and traj.action.shape == (40, 5) and traj.reward.shape == (40, 5)
+    assert traj.extras["obs_sum"].shape == (40, 5) and traj.info == {}
+    assert ftree.tree_equal((last_obs, last_state), (ref_obs, ref_state))
+    for t, (o, a, r, term, trunc, final, extras) in enumerate(records):
+        assert ftree.tree_equal(
+            (traj.obs[t], traj.action[t], traj.reward[t], traj.terminated[t], traj.truncated[t]),
+            (o, a, r, term, trunc),
+        )
+        assert ftree.tree_equal((traj.final_obs[t], traj.extras["obs_sum"][t]), (final, extras["obs_sum"]))
+    # Both kinds of episode end happened, and final_obs differs from the next obs exactly there.
+    done = traj.terminated | traj.truncated
+    assert bool(traj.terminated.any()) and bool(traj.truncated.any())
+    next_obs = torch.cat([traj.obs[1:], last_obs[None]])
+    differs = (traj.final_obs != next_obs).any(-1)
+    assert torch.equal(differs, done)
+
+
+def test_rollout_single_env_and_bad_input():
+    env, params = E.make("CartPole-v1")
+    obs, state = env.reset(random.key(0), params)
+    (_, last_state), traj = E.rollout(env, params, random_policy(2), random.key(1), (obs, state), 8)
+    assert traj.obs.shape == (8, 4) and traj.action.shape == (8,)
+    with pytest.raises(ValueError, match="num_steps"):
+        E.rollout(env, params, random_policy(2), random.key(1), (obs, state), 0)
+    with pytest.raises(TypeError, match="state: expected the"):
+        E.rollout(env, params, random_policy(2), random.key(1), state, 8)
+
+
+# ---------------------------------------------------------------------------------- compiled
+
+
+@pytest.mark.slow
+def test_compiled_batched_step_equals_eager():
+    env, params = E.make("CartPole-v1")
+    batched = E.vmap(env, 64)
+    obs, state = batched.reset(random.key(0), params)
+    step = torch.compile(batched.step, fullgraph=True)
+    key = random.key(1)
+    for t in range(40):
+        k = random.fold_in(key, t)
+        action = random.randint(random.fold_in(k, 1), (64,), 0, 2)
+        eager = batched.step(k, state, action, params)
+        compiled = step(k, state, action, params)
+        assert ftree.tree_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+        # Flags must agree exactly; the state carries on from the eager result.
+        assert torch.equal(compiled[3], eager[3]) and torch.equal(compiled[4], eager[4])
+        state = eager[1]
+
+
+@pytest.mark.slow
+def test_compiled_rollout_is_one_graph_and_equals_eager():
+    env, params = E.make("CartPole-v1", max_episode_steps=30)
+    batched = E.vmap(env, 8)
+    obs, state = batched.reset(random.key(0), params)
+    policy = random_policy(2)
+
+    def collect(key, obs, state):
+        return E.rollout(batched, params, policy, key, (obs, state), 64)
+
+    compiled = torch.compile(collect, fullgraph=True)  # fullgraph: a graph break is an error
+    eager_out = collect(random.key(5), obs, state)
+    compiled_out = compiled(random.key(5), obs, state)
+    assert ftree.tree_allclose(compiled_out, eager_out, rtol=1e-5, atol=1e-6)
+    assert torch.equal(compiled_out[1].terminated, eager_out[1].terminated)
+    assert torch.equal(compiled_out[1].truncated, eager_out[1].truncated)
