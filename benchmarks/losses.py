@@ -4,8 +4,8 @@ GAE section (``--section gae``): ``funrl.losses.gae`` eager and ``torch.compile`
 TorchRL's ``generalized_advantage_estimate`` (a reverse Python loop) and
 ``vec_generalized_advantage_estimate`` (a discount-filter product), at T=128 x N=4096 and
 T=1024 x N=64. The formulation rows time the recurrence alone (``x_t = a_t + b_t x_{t+1}``), to
-show why funrl's two-level blocked scan was chosen over a one-level Hillis-Steele scan, a reverse
-Python loop, and a reverse loop through ``funrl.control.scan`` compiled.
+show why funrl's chunked scan was chosen over a one-level Hillis-Steele scan, a reverse Python
+loop, and a reverse loop through ``funrl.control.scan`` compiled.
 
 Each figure is the median of ``--repeats`` timings, each the mean over enough calls to last
 ~50 ms; compile time is the wall time of the first call of the compiled function. On a shared,
@@ -93,6 +93,17 @@ def gae_inputs(length: int, envs: int, device: torch.device) -> dict[str, torch.
     return {k: v.to(device) for k, v in data.items()}
 
 
+def hillis_steele_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The recurrence as a one-level log-depth scan: ``ceil(log2 T)`` whole-tensor rounds."""
+    length, offset = a.shape[0], 1
+    while offset < length:
+        head_a, head_b = a[:-offset], b[:-offset]
+        a = torch.cat([torch.addcmul(head_a, head_b, a[offset:]), a[-offset:]])
+        b = torch.cat([head_b * b[offset:], b[-offset:]])
+        offset *= 2
+    return a
+
+
 def scan_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The recurrence as a reverse ``funrl.control.scan`` (a higher-order op under compile)."""
 
@@ -155,8 +166,8 @@ def _formulation_rows(length: int, envs: int, device: torch.device, repeats: int
     b = GAMMA * LMBDA * (~(d["terminated"] | d["truncated"])).float()
     ref = reverse_linear_recurrence_loop(a, b)
     variants: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-        "recurrence: two-level blocked scan (funrl)": reverse_linear_recurrence,
-        "recurrence: one-level Hillis-Steele scan": lambda a, b: reverse_linear_recurrence(a, b, a.shape[0]),
+        "recurrence: chunked scan, blocks of 16 (funrl)": reverse_linear_recurrence,
+        "recurrence: one-level Hillis-Steele scan": hillis_steele_recurrence,
         "recurrence: funrl.control.scan reverse loop": scan_recurrence,
     }
     rows = []

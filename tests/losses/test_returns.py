@@ -167,8 +167,8 @@ rates = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])
 
 
 @given(batches, st.sampled_from([2, 3, 4, 16]))
-def test_log_depth_recurrence_equals_reverse_loop(batch, block):
-    # Small blocks exercise padding and several levels of the two-level recursion.
+def test_chunked_recurrence_equals_reverse_loop(batch, block):
+    # Small blocks exercise padding and several levels of the chunked recursion.
     seed, length, envs = batch
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(length, envs, generator=g, dtype=DTYPE)
@@ -439,7 +439,7 @@ def test_gradients_flow_and_are_finite():
 
 @pytest.mark.slow
 def test_compiled_gae_equals_eager():
-    d = make_batch(13, 64, 8)
+    d = make_batch(13, 40, 8)  # 3 blocks, padded: the whole chunked path
     d32 = {k: (v.float() if v.dtype == DTYPE else v) for k, v in d.items()}
     args = (d32["rewards"], d32["values"], d32["next_values"], d32["terminated"], d32["truncated"])
     compiled = torch.compile(gae, fullgraph=True)
@@ -489,6 +489,8 @@ def test_gae_bad_input_raises_value_error_naming_the_argument(overrides, match):
 
 def test_estimators_bad_input():
     d = make_batch(0, 5, 2)
+    with pytest.raises(ValueError, match="block: expected an int >= 2"):
+        reverse_linear_recurrence(d["rewards"], d["values"], 1)
     with pytest.raises(ValueError, match="n: expected an int >= 1"):
         n_step_returns(d["rewards"], d["next_values"], d["terminated"], d["truncated"], 0.9, 0)
     with pytest.raises(ValueError, match="rewards: expected at least 1 dimension"):
