@@ -75,10 +75,11 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
     """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter."""
     if in_transform():
         return
-    if not bool((count == storage_count).all()):
+    # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1].
+    if not bool((count.unsqueeze(-1) == storage_count).all()):
         raise StaleStateError(
-            f"{fn}: state is stale: it accounts for {int(count)} items written but its storage has "
-            f"{int(storage_count)}; `add` writes in place and returns the state to use from then on "
+            f"{fn}: state is stale: it accounts for {count.tolist()} items written but its storage has "
+            f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from then on "
             "(use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
         )
 

@@ -181,3 +181,14 @@ def test_stale_state_is_not_saved(tmp_path):
     with pytest.raises(fb.StaleStateError, match="save: state is stale"):
         fb.save(old, tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_stacked_states_save_and_check_per_buffer(tmp_path):
+    buf = fb.flat(4)
+    states = [buf.add(buf.init(ITEM), batch(0, n)) for n in (1, 2, 3)]
+    stacked = tree.stack(states)
+    fb.save(stacked, tmp_path / "s")  # counts differ per buffer: each is checked against its own
+    assert tree.tree_equal(fb.load(tmp_path / "s"), stacked)
+    stale = stacked._replace(count=stacked.count - torch.tensor([0, 1, 0]))
+    with pytest.raises(fb.StaleStateError):
+        fb.save(stale, tmp_path / "t")
