@@ -5,6 +5,7 @@ from funrl.envs.registry import make, register, registry
 
 # Each environment module registers its ids on import.
 from funrl.envs import cartpole  # noqa: E402,F401  isort: skip
+from funrl.envs import acrobot, continuous_mountain_car, mountain_car, pendulum  # noqa: E402,F401  isort: skip
 from funrl.envs import bsuite  # noqa: E402,F401  isort: skip
 from funrl.envs import minatar  # noqa: E402,F401  isort: skip
 from funrl.envs.gymnasium_bridge import from_gymnasium, to_gymnasium  # noqa: E402  isort: skip

@@ -162,9 +162,172 @@ def test_cartpole_spaces_match_gymnasium():
     assert env.action_space(params).n == genv.action_space.n
 
 
+# ------------------------------------------------------ Acrobot, MountainCar(Continuous), Pendulum
+
+
+def tensor_state(cls, values, time):
+    fields = [torch.tensor(v, dtype=torch.float32) for v in values]
+    return cls(*fields, torch.tensor(time, dtype=torch.int32))
+
+
+STATE_CLASSES = {
+    "Acrobot-v1": E.acrobot.AcrobotState,
+    "MountainCar-v0": E.mountain_car.MountainCarState,
+    "MountainCarContinuous-v0": E.mountain_car.MountainCarState,
+    "Pendulum-v1": E.pendulum.PendulumState,
+}
+OBS_ATOL = {"Acrobot-v1": 1e-4, "MountainCar-v0": 1e-6, "MountainCarContinuous-v0": 1e-6, "Pendulum-v1": 1e-5}
+
+
+def flag_margin(env_id: str, genv) -> float:
+    """How close gymnasium's next state is to the termination boundary."""
+    s = genv.unwrapped.state
+    if env_id == "Acrobot-v1":
+        return abs(-math.cos(s[0]) - math.cos(s[1] + s[0]) - 1.0)
+    goal = genv.unwrapped.goal_position
+    return min(abs(s[0] - goal), abs(s[1] - genv.unwrapped.goal_velocity))
+
+
+def compare_step(env_id, genv, env, params, state, action):
+    """One step from ``state`` in funrl and gymnasium; returns (funrl's next state, gym's flag)."""
+    genv.unwrapped.state = np.array([float(v) for v in state[:-1]], dtype=np.float64)
+    set_gym_time(genv, int(state.time))
+    if isinstance(env.action_space(params), E.Box):
+        t_action = torch.tensor([action], dtype=torch.float32)
+        g_action = np.array([np.float32(action)], dtype=np.float32)
+    else:
+        t_action, g_action = torch.tensor(action), int(action)
+    g_obs, g_rew, g_term, g_trunc, _ = genv.step(g_action)
+    obs, nstate, rew, term, trunc, _ = env.step_env(random.key(0), state, t_action, params)
+    np.testing.assert_allclose(as_np(obs), g_obs, rtol=1e-5, atol=OBS_ATOL[env_id])
+    np.testing.assert_allclose(float(rew), float(g_rew), rtol=1e-5, atol=1e-5)
+    assert bool(trunc) == g_trunc
+    if bool(term) != g_term:
+        margin = flag_margin(env_id, genv)
+        assert margin < 1e-5, f"terminated differs away from the boundary (margin {margin})"
+    return nstate, g_term
+
+
+@given(
+    t1=f32(-math.pi, math.pi),
+    t2=f32(-math.pi, math.pi),
+    d1=f32(-4 * math.pi, 4 * math.pi),
+    d2=f32(-9 * math.pi, 9 * math.pi),
+    action=st.integers(0, 2),
+    time=st.integers(0, 499),
+    book=st.sampled_from(["book", "nips"]),
+)
+def test_acrobot_step_matches_gymnasium(t1, t2, d1, d2, action, time, book):
+    genv = gym_env("Acrobot-v1")
+    genv.unwrapped.book_or_nips = book
+    env, params = E.make("Acrobot-v1", book_or_nips=book)
+    compare_step(
+        "Acrobot-v1", genv, env, params, tensor_state(E.acrobot.AcrobotState, (t1, t2, d1, d2), time), action
+    )
+
+
+@given(
+    position=f32(-1.2, 0.6),
+    velocity=f32(-0.07, 0.07),
+    action=st.integers(0, 2),
+    time=st.integers(0, 199),
+    goal_velocity=st.sampled_from([0.0, 0.01]),
+)
+def test_mountain_car_step_matches_gymnasium(position, velocity, action, time, goal_velocity):
+    genv = gym_env("MountainCar-v0", goal_velocity=goal_velocity)
+    env, params = E.make("MountainCar-v0", goal_velocity=goal_velocity)
+    state = tensor_state(E.mountain_car.MountainCarState, (position, velocity), time)
+    compare_step("MountainCar-v0", genv, env, params, state, action)
+
+
+@given(
+    position=f32(-1.2, 0.6),
+    velocity=f32(-0.07, 0.07),
+    action=f32(-3.0, 3.0),  # beyond [-1, 1]: the force is clipped, the action cost is not
+    time=st.integers(0, 998),
+)
+def test_continuous_mountain_car_step_matches_gymnasium(position, velocity, action, time):
+    genv = gym_env("MountainCarContinuous-v0")
+    env, params = E.make("MountainCarContinuous-v0")
+    state = tensor_state(E.mountain_car.MountainCarState, (position, velocity), time)
+    compare_step("MountainCarContinuous-v0", genv, env, params, state, action)
+
+
+@given(
+    theta=f32(-20.0, 20.0),  # unwrapped angles, as the state holds them
+    theta_dot=f32(-8.0, 8.0),
+    action=f32(-4.0, 4.0),  # beyond the torque limit: clipped
+    time=st.integers(0, 199),
+    g=st.sampled_from([10.0, 9.81, 3.7]),
+)
+def test_pendulum_step_matches_gymnasium(theta, theta_dot, action, time, g):
+    genv = gym_env("Pendulum-v1", g=g)
+    env, params = E.make("Pendulum-v1", g=g)
+    state = tensor_state(E.pendulum.PendulumState, (theta, theta_dot), time)
+    compare_step("Pendulum-v1", genv, env, params, state, action)
+
+
+@pytest.mark.parametrize(
+    "env_id, values, action, terminated",
+    [
+        ("MountainCar-v0", (-1.2, -0.07, 0), 0, False),  # left wall: velocity reset to 0
+        ("MountainCar-v0", (-0.5, 0.07, 0), 2, False),  # velocity clipped at +0.07
+        ("MountainCar-v0", (0.45, 0.07, 0), 2, True),  # reaches the goal
+        ("MountainCar-v0", (0.6, 0.07, 0), 2, True),  # right wall clips the position
+        ("MountainCarContinuous-v0", (-1.2, -0.07, 0), -1.0, False),
+        ("MountainCarContinuous-v0", (0.40, 0.07, 0), 5.0, True),  # goal 0.45; reward 100 - 2.5
+        ("MountainCarContinuous-v0", (0.0, 0.07, 0), 1.0, False),
+        ("Pendulum-v1", (3 * math.pi, 7.9, 0), 2.0, False),  # angle wrap in the cost, speed clip
+        ("Pendulum-v1", (-math.pi, -8.0, 0), -2.0, False),
+        ("Acrobot-v1", (math.pi - 0.01, 0.0, 4 * math.pi, 9 * math.pi), 2, False),  # wrap and clip
+        ("Acrobot-v1", (math.pi, 0.0, 0.0, 0.0), 1, True),  # hanging straight up: terminal
+        ("Acrobot-v1", (-math.pi, -0.5, -12.0, -28.0), 0, False),
+    ],
+)
+def test_edges_match_gymnasium(env_id, values, action, terminated):
+    genv = gym_env(env_id)
+    env, params = E.make(env_id)
+    cls = STATE_CLASSES[env_id]
+    n = len(cls._fields) - 1
+    state = tensor_state(cls, values[:n], 0)
+    nstate, g_term = compare_step(env_id, genv, env, params, state, action)
+    assert g_term == terminated
+    t_action = (
+        torch.tensor([action], dtype=torch.float32) if isinstance(action, float) else torch.tensor(action)
+    )
+    assert bool(env.step_env(random.key(0), state, t_action, params)[3]) == terminated
+
+
+@pytest.mark.parametrize("env_id", list(STATE_CLASSES))
+def test_whole_random_episodes_match_gymnasium(env_id):
+    genv = gym_env(env_id)
+    env, params = E.make(env_id)
+    space = env.action_space(params)
+    rng = np.random.default_rng(0)
+    steps = 0
+    for episode in range(2):
+        _, state = env.reset(random.key(episode), params)
+        for _ in range(250):
+            if isinstance(space, E.Box):
+                action = float(rng.uniform(space.low, space.high))
+            else:
+                action = int(rng.integers(space.n))
+            state, g_term = compare_step(env_id, genv, env, params, state, action)
+            steps += 1
+            if g_term or int(state.time) >= params.max_steps_in_episode:
+                break
+    assert steps >= 2 * 150  # these envs rarely end early under a random policy
+
+
+def test_time_limits_are_gymnasiums():
+    for env_id in ["CartPole-v1", *STATE_CLASSES]:
+        _, params = E.make(env_id)
+        assert params.max_steps_in_episode == gymnasium.spec(env_id).max_episode_steps
+
+
 # ------------------------------------------------------------------------- every environment
 
-ENV_IDS = ["CartPole-v1"]
+ENV_IDS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
 
 
 def random_actions(env, params, key, n):

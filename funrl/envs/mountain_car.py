@@ -1,0 +1,122 @@
+"""MountainCar-v0, as gymnasium defines it (``gymnasium/envs/classic_control/mountain_car.py``).
+
+Moore (1990), "Efficient memory-based learning for robot control". An underpowered car in a
+valley: accelerate left (0), not at all (1) or right (2). ``v += (a - 1) * 0.001 - 0.0025 cos(3x)``,
+clipped to ``[-0.07, 0.07]``; ``x += v`` clipped to ``[-1.2, 0.6]``; hitting the left wall stops
+the car. Reward -1 per step; terminated when ``x >= 0.5`` and ``v >= goal_velocity`` (gymnasium's
+option, default 0); truncated after 200 steps. Reset: ``x ~ U[-0.6, -0.4)``, ``v = 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import torch
+
+from funrl import random
+from funrl.envs import core
+from funrl.envs.core import Box, Discrete, Environment, EnvParams
+from funrl.envs.registry import register
+
+__all__ = ["MountainCar", "MountainCarParams", "MountainCarState", "at_least", "hit_left_wall", "reset_car"]
+
+
+class MountainCarState(NamedTuple):
+    """Position and velocity (float32), steps taken (int32)."""
+
+    position: torch.Tensor
+    velocity: torch.Tensor
+    time: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class MountainCarParams(EnvParams):
+    """Physics and episode settings; numeric fields may be tensors (vmap them to randomise)."""
+
+    min_position: float = -1.2
+    max_position: float = 0.6
+    max_speed: float = 0.07
+    goal_position: float | torch.Tensor = 0.5
+    goal_velocity: float | torch.Tensor = 0.0
+    force: float | torch.Tensor = 0.001
+    gravity: float | torch.Tensor = 0.0025
+    reset_low: float = -0.6
+    reset_high: float = -0.4
+    max_steps_in_episode: int = 200
+
+
+def at_least(value: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
+    """``value >= threshold``, in float64 for a Python-float threshold, as gymnasium compares
+    (against the float32-rounded threshold a float32 value can cross too early or too late)."""
+    if isinstance(threshold, float):
+        return value.to(torch.float64) >= threshold
+    return value >= threshold
+
+
+def hit_left_wall(position: torch.Tensor, velocity: torch.Tensor, min_position: float) -> torch.Tensor:
+    """The velocity after the car hits the left wall (``x == min_position`` moving left): 0."""
+    return torch.where((position == min_position) & (velocity < 0), torch.zeros_like(velocity), velocity)
+
+
+def reset_car(key: torch.Tensor, params: Any) -> tuple[torch.Tensor, MountainCarState]:
+    """Both cars' reset: ``x ~ U[reset_low, reset_high)``, ``v = 0``."""
+    position = random.uniform(key, (), torch.float32, params.reset_low, params.reset_high)
+    time = torch.zeros((), dtype=torch.int32, device=key.device)
+    state = MountainCarState(position, torch.zeros_like(position), time)
+    return MountainCar.get_obs(state), state
+
+
+class MountainCar(Environment[MountainCarState, MountainCarParams]):
+    """MountainCar-v0: observation ``[position, velocity]`` float32, action Discrete(3)."""
+
+    @property
+    def name(self) -> str:
+        return "MountainCar-v0"
+
+    @property
+    def default_params(self) -> MountainCarParams:
+        return MountainCarParams()
+
+    def step_env(
+        self, key: torch.Tensor, state: MountainCarState, action: torch.Tensor, params: MountainCarParams
+    ) -> tuple[torch.Tensor, MountainCarState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        core.check_action_static(action, self.action_space(params))
+        p = params
+        velocity = (
+            state.velocity
+            + (action - 1).to(torch.float32) * p.force
+            + torch.cos(3 * state.position) * (-p.gravity)
+        )
+        velocity = torch.clamp(velocity, -p.max_speed, p.max_speed)
+        position = torch.clamp(state.position + velocity, p.min_position, p.max_position)
+        velocity = hit_left_wall(position, velocity, p.min_position)
+        terminated = at_least(position, p.goal_position) & at_least(velocity, p.goal_velocity)
+        time = state.time + 1
+        new_state = MountainCarState(position, velocity, time)
+        reward = torch.full_like(position, -1.0)
+        return self.get_obs(new_state), new_state, reward, terminated, core.time_limit_reached(time, p), {}
+
+    def reset_env(
+        self, key: torch.Tensor, params: MountainCarParams
+    ) -> tuple[torch.Tensor, MountainCarState]:
+        return reset_car(key, params)
+
+    @staticmethod
+    def get_obs(state: MountainCarState) -> torch.Tensor:
+        return torch.stack([state.position, state.velocity], dim=-1)
+
+    def observation_space(self, params: MountainCarParams | None = None) -> Box:
+        p = self.default_params if params is None else params
+        return Box((p.min_position, -p.max_speed), (p.max_position, p.max_speed), (2,), torch.float32)
+
+    def action_space(self, params: MountainCarParams | None = None) -> Discrete:
+        return Discrete(3)
+
+
+def make_mountain_car(**kwargs: Any) -> tuple[MountainCar, MountainCarParams]:
+    """``make("MountainCar-v0", goal_velocity=..., max_episode_steps=..., <any params field>)``."""
+    return MountainCar(), core.params_from_kwargs(MountainCarParams, "MountainCar-v0", kwargs)
+
+
+register("MountainCar-v0", make_mountain_car)
