@@ -127,6 +127,13 @@ class Acrobot(Environment[AcrobotState, AcrobotParams]):
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
         return dtheta1, dtheta2, ddtheta1, ddtheta2
 
+    def step_keys(self, key: torch.Tensor, params: AcrobotParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Without torque noise ``step_env`` draws nothing, so ``reset_env`` takes the whole key."""
+        if isinstance(params.torque_noise_max, float) and params.torque_noise_max == 0.0:
+            return key, key
+        key_step, key_reset = random.split(key)
+        return key_step, key_reset
+
     def step_env(
         self, key: torch.Tensor, state: AcrobotState, action: torch.Tensor, params: AcrobotParams
     ) -> tuple[torch.Tensor, AcrobotState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -150,7 +157,7 @@ class Acrobot(Environment[AcrobotState, AcrobotParams]):
         return self.get_obs(new_state), new_state, reward, terminated, core.time_limit_reached(time, p), {}
 
     def reset_env(self, key: torch.Tensor, params: AcrobotParams) -> tuple[torch.Tensor, AcrobotState]:
-        u = random.uniform(key, (4,), torch.float32, params.reset_low, params.reset_high)
+        u = core.reset_uniform(key, 4, params.reset_low, params.reset_high)
         state = AcrobotState(u[0], u[1], u[2], u[3], torch.zeros((), dtype=torch.int32, device=key.device))
         return self.get_obs(state), state
 

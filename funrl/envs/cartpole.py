@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from funrl import random
 from funrl.envs import core
 from funrl.envs.core import Box, Discrete, Environment, EnvParams
 from funrl.envs.registry import register
@@ -91,6 +90,10 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
     def default_params(self) -> CartPoleParams:
         return CartPoleParams()
 
+    def step_keys(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step_env`` draws nothing, so ``reset_env`` takes the whole key (no split)."""
+        return key, key
+
     def step_env(
         self, key: torch.Tensor, state: CartPoleState, action: torch.Tensor, params: CartPoleParams
     ) -> tuple[torch.Tensor, CartPoleState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -132,7 +135,7 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
         return torch.where(params.sutton_barto_reward, sutton_barto, 1.0)
 
     def reset_env(self, key: torch.Tensor, params: CartPoleParams) -> tuple[torch.Tensor, CartPoleState]:
-        u = random.uniform(key, (4,), torch.float32, params.reset_low, params.reset_high)
+        u = core.reset_uniform(key, 4, params.reset_low, params.reset_high)
         state = CartPoleState(u[0], u[1], u[2], u[3], torch.zeros((), dtype=torch.int32, device=key.device))
         return self.get_obs(state), state
 

@@ -51,6 +51,10 @@ class ContinuousMountainCar(Environment[MountainCarState, ContinuousMountainCarP
     def default_params(self) -> ContinuousMountainCarParams:
         return ContinuousMountainCarParams()
 
+    def step_keys(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step_env`` draws nothing, so ``reset_env`` takes the whole key (no split)."""
+        return key, key
+
     def step_env(
         self,
         key: torch.Tensor,

@@ -119,9 +119,7 @@ class Box(Space):
                 bounded,
                 torch.where(finite_low, low + n.abs(), torch.where(finite_high, high - n.abs(), n)),
             )
-        return random.randint(key, self.shape, low.to(torch.int64), high.to(torch.int64) + 1).to(
-            self.dtype
-        )
+        return random.randint(key, self.shape, low.to(torch.int64), high.to(torch.int64) + 1).to(self.dtype)
 
     def contains(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.as_tensor(x)
@@ -164,9 +162,19 @@ class Environment(Generic[TState, TParams]):
     def action_space(self, params: TParams | None = None) -> Space:
         raise NotImplementedError
 
-    def reset(
-        self, key: torch.Tensor, params: TParams | None = None
-    ) -> tuple[torch.Tensor, TState]:
+    def step_keys(self, key: torch.Tensor, params: TParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys ``step`` hands to ``step_env`` and to ``reset_env``: ``split(key)``.
+
+        A compiled batch computes the reset of every environment on every step (branch-free), so
+        key derivation is paid per env-step. An environment whose ``step_env`` draws nothing
+        overrides this to return ``(key, key)``: ``reset_env`` then draws from ``key`` itself and
+        the split (two Threefry blocks per env-step) is skipped. Any pure choice keeps
+        ``vmap(step)(keys)[i] == step(keys[i])``.
+        """
+        key_step, key_reset = random.split(key)
+        return key_step, key_reset
+
+    def reset(self, key: torch.Tensor, params: TParams | None = None) -> tuple[torch.Tensor, TState]:
         """First observation and state of an episode."""
         params = self.default_params if params is None else params
         return self.reset_env(key, params)
@@ -180,7 +188,7 @@ class Environment(Generic[TState, TParams]):
     ) -> tuple[torch.Tensor, TState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """One transition with auto-reset; ``info["final_obs"]`` is the pre-reset observation."""
         params = self.default_params if params is None else params
-        key_step, key_reset = random.split(key)
+        key_step, key_reset = self.step_keys(key, params)
         obs_step, state_step, reward, terminated, truncated, info = self.step_env(
             key_step, state, action, params
         )
@@ -237,3 +245,22 @@ def check_action_static(action: Any, space: Space, name: str = "action") -> None
             f"{name}: expected shape {list(space.shape)} (one env; vmap for a batch), "
             f"got {list(action.shape)}"
         )
+
+
+def reset_uniform(
+    key: torch.Tensor, num: int, low: float | torch.Tensor, high: float | torch.Tensor
+) -> torch.Tensor:
+    """``num`` float32 values uniform in ``[low, high)`` from ``ceil(num / 2)`` Threefry blocks.
+
+    ``funrl.random.uniform`` spends one block per value (JAX's layout: ``y0 ^ y1``); a reset is
+    drawn for every environment on every compiled step, so here both output words of a block
+    become values (23 random mantissa bits each, as ``uniform``), halving that cost.
+    """
+    blocks = (num + 1) // 2
+    counter = torch.arange(blocks, dtype=torch.int64, device=key.device)
+    y0, y1 = random.threefry2x32((key[0], key[1]), (torch.zeros_like(counter), counter))
+    words = torch.stack([y0, y1], dim=-1).reshape(-1)[:num]
+    unit = (words >> 9).to(torch.float32) * 2.0**-23
+    return torch.maximum(
+        low + unit * (high - low), torch.as_tensor(low, dtype=torch.float32, device=key.device)
+    )

@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from funrl import random
 from funrl.envs import core
 from funrl.envs.core import Box, Discrete, Environment, EnvParams
 from funrl.envs.registry import register
@@ -61,7 +60,7 @@ def hit_left_wall(position: torch.Tensor, velocity: torch.Tensor, min_position: 
 
 def reset_car(key: torch.Tensor, params: Any) -> tuple[torch.Tensor, MountainCarState]:
     """Both cars' reset: ``x ~ U[reset_low, reset_high)``, ``v = 0``."""
-    position = random.uniform(key, (), torch.float32, params.reset_low, params.reset_high)
+    position = core.reset_uniform(key, 1, params.reset_low, params.reset_high)[0]
     time = torch.zeros((), dtype=torch.int32, device=key.device)
     state = MountainCarState(position, torch.zeros_like(position), time)
     return MountainCar.get_obs(state), state
@@ -77,6 +76,10 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
     @property
     def default_params(self) -> MountainCarParams:
         return MountainCarParams()
+
+    def step_keys(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step_env`` draws nothing, so ``reset_env`` takes the whole key (no split)."""
+        return key, key
 
     def step_env(
         self, key: torch.Tensor, state: MountainCarState, action: torch.Tensor, params: MountainCarParams

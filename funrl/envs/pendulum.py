@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from funrl import random
 from funrl.envs import core
 from funrl.envs.core import Box, Environment, EnvParams
 from funrl.envs.registry import register
@@ -58,6 +57,10 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
     def default_params(self) -> PendulumParams:
         return PendulumParams()
 
+    def step_keys(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step_env`` draws nothing, so ``reset_env`` takes the whole key (no split)."""
+        return key, key
+
     def step_env(
         self, key: torch.Tensor, state: PendulumState, action: torch.Tensor, params: PendulumParams
     ) -> tuple[torch.Tensor, PendulumState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -77,7 +80,7 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
 
     def reset_env(self, key: torch.Tensor, params: PendulumParams) -> tuple[torch.Tensor, PendulumState]:
         high = torch.tensor([params.x_init, params.y_init], dtype=torch.float32, device=key.device)
-        u = random.uniform(key, (2,), torch.float32, -high, high)
+        u = core.reset_uniform(key, 2, -high, high)
         state = PendulumState(u[0], u[1], torch.zeros((), dtype=torch.int32, device=key.device))
         return self.get_obs(state), state
 

@@ -422,3 +422,37 @@ def test_cartpole_domain_randomisation_is_vmap_over_params():
         np.testing.assert_allclose(as_np(obs[i]), g_obs, rtol=1e-5, atol=1e-6)
     # Different physics give different next states.
     assert not torch.allclose(obs[0], obs[-1])
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_step_env_draws_nothing_where_step_keys_skips_the_split(env_id):
+    """These envs hand the whole key to reset_env; that is sound only if step_env ignores its key."""
+    env, params = E.make(env_id)
+    key = random.key(4)
+    assert ftree.tree_equal(env.step_keys(key, params), (key, key))
+    _, state = env.reset(random.key(0), params)
+    action = env.action_space(params).sample(random.key(1))
+    assert ftree.tree_equal(
+        env.step_env(random.key(2), state, action, params), env.step_env(random.key(3), state, action, params)
+    )
+
+
+def test_acrobot_torque_noise_uses_a_split_step_key():
+    env, params = E.make("Acrobot-v1", torque_noise_max=0.5)
+    key = random.key(4)
+    assert ftree.tree_equal(env.step_keys(key, params), tuple(random.split(key)))
+    _, state = env.reset(random.key(0), params)
+    out2 = env.step_env(random.key(2), state, torch.tensor(1), params)
+    out3 = env.step_env(random.key(3), state, torch.tensor(1), params)
+    assert not torch.equal(out2[0], out3[0])
+
+
+def test_reset_uniform_uses_both_words_of_each_block():
+    key = random.key(9)
+    values = E.core.reset_uniform(key, 5, -1.0, 3.0)
+    y0, y1 = random.threefry2x32((key[0], key[1]), (torch.zeros(3, dtype=torch.int64), torch.arange(3)))
+    words = torch.stack([y0, y1], -1).reshape(-1)[:5]
+    torch.testing.assert_close(values, -1.0 + (words >> 9).to(torch.float32) * 2.0**-23 * 4.0)
+    many = E.core.reset_uniform(key, 100_000, -1.0, 3.0)
+    assert float(many.min()) >= -1.0 and float(many.max()) < 3.0
+    assert abs(float(many.mean()) - 1.0) < 0.02 and abs(float(many.var()) - 16 / 12) < 0.03
