@@ -21,13 +21,16 @@ from typing import Any
 
 import torch
 
-from funrl.agents import common, ppo
+from funrl.agents import common, dqn, ppo, sac, td3
 from funrl.agents.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 
 __all__ = ["ALGORITHMS", "build_agent", "train_run", "evaluate_run", "RunError"]
 
 ALGORITHMS: dict[str, tuple[type, Callable[..., common.Agent]]] = {
     "ppo": (ppo.PPOConfig, ppo.make_train),
+    "dqn": (dqn.DQNConfig, dqn.make_train),
+    "sac": (sac.SACConfig, sac.make_train),
+    "td3": (td3.TD3Config, td3.make_train),
 }
 
 CHECKPOINT = "checkpoint.pt"

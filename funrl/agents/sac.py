@@ -1,0 +1,380 @@
+"""SAC (Haarnoja et al. 2018, with the learned temperature of "SAC Algorithms and Applications")
+as one pure update step.
+
+``make_train(config)`` builds an :class:`~funrl.agents.common.Agent` whose ``update(train_state,
+key)`` does one iteration: ``num_steps`` steps of ``num_envs`` environments with actions sampled
+from the tanh-Gaussian policy (uniform random actions before ``learning_starts``), one in-place
+``add`` of the transitions to a :func:`funrl.buffers.flat` replay buffer held in the train state,
+then ``num_envs * num_steps // train_frequency`` gradient steps (a :func:`funrl.control.scan`):
+twin critics as one stacked-params ensemble (``funrl.losses.sac_critic_objective``, one ``vmap``),
+the actor, the temperature, and a Polyak target update. ``torch.compile`` makes the iteration one
+graph; ``learning_starts`` is a mask on the update count, not a branch.
+
+Defaults follow CleanRL's ``sac_continuous_action.py`` (256-256 ReLU actor and critics, state-
+dependent log-std in [-5, 2], Adam: actor 3e-4, critics and temperature 1e-3, batch 256, γ 0.99,
+τ 0.005, target entropy ``-dim(A)``, one environment, one gradient step per transition), except:
+the actor and temperature step with every critic step (CleanRL takes two every second step; the
+same count), learning starts after 1e3 transitions instead of 5e3 and the buffer holds 1e5 (not
+1e6) transitions, sized for the 2e4-step Pendulum-v1 budget of BENCHMARKS.md. The actor acts in
+``[-1, 1]``; the environment receives ``low + (a + 1) (high - low) / 2``; the buffer stores ``a``.
+
+Purity: as for DQN, ``update`` is pure except that the buffer ``add`` writes into the storage of
+the state it is given (donation, see :mod:`funrl.buffers`); fresh copies of a state give the same
+outputs (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from funrl import buffers, envs, nets, optim, random
+from funrl import losses as L
+from funrl import tree as ftree
+from funrl.agents.common import Agent, BatchedEnvLike, make_batched_env
+from funrl.agents.dqn import dense
+from funrl.control import scan
+
+__all__ = ["SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
+
+
+def check_offpolicy_config(config: Any) -> None:
+    """Checks shared by the SAC and TD3 configs (names the field, what was expected, what came)."""
+    for name in ("total_steps", "num_envs", "num_steps", "train_frequency", "buffer_size", "batch_size"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    steps_per_update = config.num_envs * config.num_steps
+    if steps_per_update % config.train_frequency:
+        raise ValueError(
+            f"train_frequency: expected a divisor of num_envs * num_steps = {steps_per_update}, "
+            f"got {config.train_frequency}"
+        )
+    if config.total_steps < steps_per_update:
+        raise ValueError(
+            f"total_steps: expected at least num_envs * num_steps = {steps_per_update}, got {config.total_steps}"
+        )
+    if isinstance(config.learning_starts, bool) or not isinstance(config.learning_starts, int):
+        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts!r}")
+    if config.learning_starts < 0:
+        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts}")
+    for name in ("gamma", "tau"):
+        if not 0.0 <= getattr(config, name) <= 1.0:
+            raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(config, name)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """Static SAC configuration (compile specialises on it). Steps count environment transitions."""
+
+    env_id: str = "Pendulum-v1"
+    total_steps: int = 20_000
+    num_envs: int = 1
+    num_steps: int = 1
+    train_frequency: int = 1
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 1_000
+    policy_lr: float = 3e-4
+    q_lr: float = 1e-3
+    autotune: bool = True
+    alpha: float = 0.2
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_offpolicy_config(self)
+        for name in ("policy_lr", "q_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected a value > 0, got {getattr(self, name)}")
+        if not self.alpha > 0:
+            raise ValueError(f"alpha: expected a value > 0, got {self.alpha}")
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // self.steps_per_update
+
+    @property
+    def gradient_steps(self) -> int:
+        return self.steps_per_update // self.train_frequency
+
+
+class SACHyperParams(NamedTuple):
+    """Sweepable hyper-parameters, float32 scalar tensors in the train state."""
+
+    policy_lr: torch.Tensor
+    q_lr: torch.Tensor
+
+
+class SACTrainState(NamedTuple):
+    params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": stacked [2, ...]}
+    target_critic: dict[str, torch.Tensor]
+    actor_opt: Any
+    critic_opt: Any
+    log_alpha: torch.Tensor
+    alpha_opt: Any
+    buffer: buffers.FlatState
+    env_state: Any
+    obs: torch.Tensor
+    update_count: torch.Tensor
+    hparams: SACHyperParams
+
+
+class ContinuousSetup(NamedTuple):
+    """What SAC and TD3 share: the batched env, its params, sizes and the action map to the env."""
+
+    env: Any
+    env_params: Any
+    obs_shape: tuple[int, ...]
+    obs_dim: int
+    action_dim: int
+    to_env: Callable[[torch.Tensor], torch.Tensor]
+
+
+def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.device) -> ContinuousSetup:
+    """A batched env with a Box action space (no normalisation wrappers) and ``[-1, 1] -> [low, high]``."""
+    benv, env_params, continuous = make_batched_env(
+        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False, config.gamma
+    )
+    if not continuous:
+        raise ValueError(f"env_id: expected continuous (Box) actions, {config.env_id} has discrete actions")
+    # The bounds of the env itself: make_batched_env's ClipAction declares an unbounded space.
+    if env is None:
+        raw, raw_params = envs.make(config.env_id, **dict(config.env_kwargs))
+        space = raw.action_space(raw_params)
+    else:
+        space = benv.action_space(env_params)
+    low = torch.as_tensor(space.low, dtype=torch.float32, device=device).expand(space.shape)
+    high = torch.as_tensor(space.high, dtype=torch.float32, device=device).expand(space.shape)
+    if not bool(torch.isfinite(low).all() & torch.isfinite(high).all()):
+        raise ValueError(f"env_id: expected finite action bounds, got low={space.low} high={space.high}")
+    scale, bias = (high - low) / 2.0, (high + low) / 2.0
+    obs_shape = tuple(benv.observation_space(env_params).shape)
+    return ContinuousSetup(
+        env=benv,
+        env_params=env_params,
+        obs_shape=obs_shape,
+        obs_dim=math.prod(obs_shape),
+        action_dim=math.prod(space.shape),
+        to_env=lambda a: a * scale + bias,
+    )
+
+
+def transition_example(obs: torch.Tensor, action_dim: int) -> dict[str, torch.Tensor]:
+    """One buffer item: ``obs``, ``action`` (in ``[-1, 1]``), ``reward``, ``next_obs``, ``terminated``."""
+    device = obs.device
+    return {
+        "obs": obs[0].to(torch.float32),
+        "action": torch.zeros(action_dim, dtype=torch.float32, device=device),
+        "reward": torch.zeros((), dtype=torch.float32, device=device),
+        "next_obs": obs[0].to(torch.float32),
+        "terminated": torch.zeros((), dtype=torch.bool, device=device),
+    }
+
+
+def collect(
+    setup: ContinuousSetup,
+    policy: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    key: torch.Tensor,
+    obs: torch.Tensor,
+    env_state: Any,
+    num_steps: int,
+) -> tuple[envs.RolloutState, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Step the envs ``num_steps`` times with ``policy(key, obs) -> action in [-1, 1]``.
+
+    Returns ``(rollout_state, transitions with leaves [num_steps * num_envs, ...], episode metrics)``;
+    ``next_obs`` is the pre-reset observation, so truncated episodes bootstrap from it.
+    """
+
+    def act(k: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        action = policy(k, o)
+        return setup.to_env(action), {"action": action}
+
+    rollout_state, traj = envs.rollout(
+        setup.env, setup.env_params, act, key, dense((obs, env_state)), num_steps
+    )
+    n = traj.reward.numel()
+    transitions = {
+        "obs": traj.obs.reshape(n, *setup.obs_shape).to(torch.float32),
+        "action": traj.extras["action"].reshape(n, setup.action_dim),
+        "reward": traj.reward.reshape(n).to(torch.float32),
+        "next_obs": traj.final_obs.reshape(n, *setup.obs_shape).to(torch.float32),
+        "terminated": traj.terminated.reshape(n),
+    }
+    finished = traj.info["returned_episode"]
+    n_finished = finished.sum()
+    episode_return = torch.where(finished, traj.info["returned_episode_return"], 0.0).sum() / n_finished
+    return rollout_state, transitions, {"episode_return": episode_return, "episodes": n_finished}
+
+
+def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
+    """``new`` where ``active`` else ``old``, leaf by leaf (branch-free)."""
+    return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
+
+
+def sgd(params: Any, updates: Any, lr: torch.Tensor) -> Any:
+    """``params - lr * updates`` (Adam's direction, the learning rate a tensor so it can be swept)."""
+    return ftree.map(lambda p, u: p - lr * u, params, updates)
+
+
+def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
+    """Build SAC for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, greedy_action).
+
+    Args:
+        config: the static configuration.
+        env: a batched environment with Box actions; by default ``config.env_id`` from funrl.
+        device: where params, buffer and env state live.
+    """
+    if not isinstance(config, SACConfig):
+        raise TypeError(f"config: expected a SACConfig, got {type(config).__name__}")
+    device = torch.device(device)
+    setup = continuous_setup(config, env, device)
+    actor = nets.GaussianActor(
+        setup.obs_dim, setup.action_dim, config.hidden_sizes, "relu", state_dependent_std=True
+    )
+    critic = nets.ContinuousQ(setup.obs_dim, setup.action_dim, config.hidden_sizes)
+    buffer = buffers.flat(config.buffer_size)
+    tx = optim.scale_by_adam()
+    target_entropy = L.sac_target_entropy(setup.action_dim)
+    n = config.steps_per_update
+
+    def flat_obs(obs: torch.Tensor) -> torch.Tensor:
+        return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
+
+    def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
+        unknown = set(hparam_overrides) - set(SACHyperParams._fields)
+        if unknown:
+            raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {SACHyperParams._fields}")
+        key_actor, key_critic, key_env = random.split(key, 3)
+        actor_params = {k: v.to(device) for k, v in nets.init(actor, key_actor).items()}
+        critic_params = {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()}
+        obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
+        log_alpha = torch.tensor(math.log(config.alpha), dtype=torch.float32, device=device)
+        hp = {name: hparam_overrides.get(name, getattr(config, name)) for name in SACHyperParams._fields}
+        return SACTrainState(
+            params={"actor": actor_params, "critic": critic_params},
+            target_critic=ftree.map(torch.clone, critic_params),
+            actor_opt=tx.init(actor_params),
+            critic_opt=tx.init(critic_params),
+            log_alpha=log_alpha,
+            alpha_opt=tx.init(log_alpha),
+            buffer=buffer.init(transition_example(obs, setup.action_dim)),
+            env_state=env_state,
+            obs=obs,
+            update_count=torch.zeros((), dtype=torch.int64, device=device),
+            hparams=SACHyperParams(
+                **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in hp.items()}
+            ),
+        )
+
+    critic_grad = torch.func.grad_and_value(L.sac_critic_objective, has_aux=True)
+    actor_grad = torch.func.grad_and_value(L.sac_actor_objective, has_aux=True)
+    alpha_grad = torch.func.grad_and_value(L.sac_temperature_loss, has_aux=True)
+
+    def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
+        key_rollout, key_train = random.split(key)
+        warming_up = state.update_count * n < config.learning_starts
+        actor_params = state.params["actor"]
+
+        def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+            loc, scale = nets.apply(actor, actor_params, flat_obs(obs))
+            sampled = nets.distributions.tanh_normal.sample(k, loc.detach(), scale.detach())
+            uniform = random.uniform(random.fold_in(k, 1), tuple(sampled.shape), minval=-1.0, maxval=1.0)
+            return torch.where(warming_up, uniform, sampled)
+
+        rollout_state, transitions, episode = collect(
+            setup, policy, key_rollout, state.obs, state.env_state, config.num_steps
+        )
+        buffer_state = buffer.add(state.buffer, transitions)
+        active = state.update_count * n + n > config.learning_starts
+        hp = state.hparams
+
+        def gradient_step(carry, step_key):
+            params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
+            key_sample, key_critic, key_actor = random.split(step_key, 3)
+            batch = buffer.sample(buffer_state, key_sample, config.batch_size).items
+            alpha = log_alpha.exp().detach()
+            critic_grads, (critic_loss, critic_metrics) = critic_grad(
+                params["critic"], params["actor"], target_critic, alpha, batch, key_critic,
+                actor=actor, critic=critic, gamma=config.gamma,
+            )  # fmt: skip
+            updates, new_critic_opt = tx.update(critic_grads, critic_opt, params["critic"])
+            new_critic = sgd(params["critic"], updates, hp.q_lr)
+            actor_grads, (actor_loss, actor_metrics) = actor_grad(
+                params["actor"], new_critic, alpha, batch, key_actor, actor=actor, critic=critic
+            )
+            updates, new_actor_opt = tx.update(actor_grads, actor_opt, params["actor"])
+            new_actor = sgd(params["actor"], updates, hp.policy_lr)
+            if config.autotune:
+                alpha_g, (alpha_loss, _) = alpha_grad(log_alpha, actor_metrics["log_prob"], target_entropy)
+                update_alpha, new_alpha_opt = tx.update(alpha_g, alpha_opt, log_alpha)
+                new_log_alpha = log_alpha - hp.q_lr * update_alpha
+            else:
+                alpha_loss, new_alpha_opt, new_log_alpha = torch.zeros_like(log_alpha), alpha_opt, log_alpha
+            new_target = L.polyak(target_critic, new_critic, config.tau)
+            new = ({"actor": new_actor, "critic": new_critic}, new_target, new_actor_opt, new_critic_opt)
+            new = (*new, new_log_alpha, new_alpha_opt)
+            metrics = {
+                "critic_loss": critic_loss,
+                "actor_loss": actor_loss,
+                "alpha_loss": alpha_loss,
+                "alpha": alpha,
+                "q_mean": critic_metrics["q_mean"],
+                "entropy": actor_metrics["entropy"],
+                "grad_norm": optim.global_norm(critic_grads),
+            }
+            return masked(active, new, carry), metrics
+
+        carry = (
+            state.params,
+            state.target_critic,
+            state.actor_opt,
+            state.critic_opt,
+            state.log_alpha,
+            state.alpha_opt,
+        )
+        carry, step_metrics = scan(gradient_step, carry, random.split(key_train, config.gradient_steps))
+        params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
+        metrics = {k: v.mean() for k, v in step_metrics.items()}
+        metrics.update(episode)
+        new_state = SACTrainState(
+            params=params,
+            target_critic=target_critic,
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            log_alpha=log_alpha,
+            alpha_opt=alpha_opt,
+            buffer=buffer_state,
+            env_state=rollout_state.env_state,
+            obs=rollout_state.obs,
+            update_count=state.update_count + 1,
+            hparams=state.hparams,
+        )
+        return new_state, metrics
+
+    def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
+        loc, _ = nets.apply(actor, params["actor"], flat_obs(obs))
+        return setup.to_env(torch.tanh(loc))
+
+    return Agent(
+        name="sac",
+        config=config,
+        init=init,
+        update=update,
+        num_updates=config.num_updates,
+        steps_per_update=n,
+        greedy_action=greedy_action,
+        env=setup.env,
+        env_params=setup.env_params,
+        device=device,
+    )

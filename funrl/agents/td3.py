@@ -1,0 +1,273 @@
+"""TD3 (Fujimoto et al. 2018) as one pure update step.
+
+``make_train(config)`` builds an :class:`~funrl.agents.common.Agent` whose ``update(train_state,
+key)`` does one iteration: ``num_steps`` steps of ``num_envs`` environments with the deterministic
+actor plus Gaussian exploration noise (uniform random actions before ``learning_starts``), one
+in-place ``add`` to a :func:`funrl.buffers.flat` replay buffer held in the train state, then
+``num_envs * num_steps // train_frequency`` gradient steps (a :func:`funrl.control.scan`): twin
+critics as one stacked-params ensemble with the clipped double-Q target at the smoothed target
+action (``funrl.losses.td3_critic_objective``), and every ``policy_frequency``-th step the actor
+and the Polyak updates of both targets. The delay and ``learning_starts`` are masks, not branches.
+
+Defaults follow CleanRL's ``td3_continuous_action.py`` (256-256 ReLU actor with a tanh output and
+critics, Adam 3e-4, batch 256, γ 0.99, τ 0.005, policy noise 0.2 clipped at 0.5, exploration noise
+0.1, policy delay 2, one environment, one gradient step per transition), except: learning starts
+after 1e3 transitions instead of 2.5e4 and the buffer holds 1e5 transitions, for the 2e4-step
+Pendulum-v1 budget of BENCHMARKS.md. The actor acts in ``[-1, 1]`` (noise in those units, i.e.
+CleanRL's noise times the action scale); the environment receives ``low + (a + 1) (high - low) / 2``.
+
+Purity: as for DQN and SAC, ``update`` is pure except for the donated replay storage; fresh
+copies of a state give the same outputs (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from funrl import buffers, nets, optim, random
+from funrl import losses as L
+from funrl import tree as ftree
+from funrl.agents.common import Agent, BatchedEnvLike
+from funrl.agents.sac import (
+    check_offpolicy_config,
+    collect,
+    continuous_setup,
+    masked,
+    sgd,
+    transition_example,
+)
+from funrl.control import scan
+
+__all__ = ["TD3Config", "TD3HyperParams", "TD3TrainState", "DeterministicActor", "make_train"]
+
+
+class DeterministicActor(nn.Module):
+    """``mu(s) = tanh(MLP(s))``: ``[..., obs_dim] -> [..., action_dim]`` in ``[-1, 1]`` (CleanRL's TD3 actor)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        device: str = "meta",
+    ):
+        super().__init__()
+        self.mlp = nets.MLP(obs_dim, hidden_sizes, action_dim, activation, device=device)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.mlp(obs))
+
+
+@dataclasses.dataclass(frozen=True)
+class TD3Config:
+    """Static TD3 configuration (compile specialises on it). Steps count environment transitions."""
+
+    env_id: str = "Pendulum-v1"
+    total_steps: int = 20_000
+    num_envs: int = 1
+    num_steps: int = 1
+    train_frequency: int = 1
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 1_000
+    learning_rate: float = 3e-4
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    exploration_noise: float = 0.1
+    policy_frequency: int = 2
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_offpolicy_config(self)
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate: expected a value > 0, got {self.learning_rate}")
+        for name in ("policy_noise", "noise_clip", "exploration_noise"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: expected a value >= 0, got {getattr(self, name)}")
+        value = self.policy_frequency
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"policy_frequency: expected a positive int, got {value!r}")
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // self.steps_per_update
+
+    @property
+    def gradient_steps(self) -> int:
+        return self.steps_per_update // self.train_frequency
+
+
+class TD3HyperParams(NamedTuple):
+    """Sweepable hyper-parameters, float32 scalar tensors in the train state."""
+
+    learning_rate: torch.Tensor
+    exploration_noise: torch.Tensor
+
+
+class TD3TrainState(NamedTuple):
+    params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": stacked [2, ...]}
+    target_params: dict[str, dict[str, torch.Tensor]]
+    actor_opt: Any
+    critic_opt: Any
+    buffer: buffers.FlatState
+    env_state: Any
+    obs: torch.Tensor
+    update_count: torch.Tensor
+    gradient_count: torch.Tensor
+    hparams: TD3HyperParams
+
+
+def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
+    """Build TD3 for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, greedy_action).
+
+    Args:
+        config: the static configuration.
+        env: a batched environment with Box actions; by default ``config.env_id`` from funrl.
+        device: where params, buffer and env state live.
+    """
+    if not isinstance(config, TD3Config):
+        raise TypeError(f"config: expected a TD3Config, got {type(config).__name__}")
+    device = torch.device(device)
+    setup = continuous_setup(config, env, device)
+    actor = DeterministicActor(setup.obs_dim, setup.action_dim, config.hidden_sizes)
+    critic = nets.ContinuousQ(setup.obs_dim, setup.action_dim, config.hidden_sizes)
+    buffer = buffers.flat(config.buffer_size)
+    tx = optim.scale_by_adam()
+    n = config.steps_per_update
+
+    def flat_obs(obs: torch.Tensor) -> torch.Tensor:
+        return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
+
+    def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
+        unknown = set(hparam_overrides) - set(TD3HyperParams._fields)
+        if unknown:
+            raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {TD3HyperParams._fields}")
+        key_actor, key_critic, key_env = random.split(key, 3)
+        params = {
+            "actor": {k: v.to(device) for k, v in nets.init(actor, key_actor).items()},
+            "critic": {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()},
+        }
+        obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
+        hp = {name: hparam_overrides.get(name, getattr(config, name)) for name in TD3HyperParams._fields}
+        return TD3TrainState(
+            params=params,
+            target_params=ftree.map(torch.clone, params),
+            actor_opt=tx.init(params["actor"]),
+            critic_opt=tx.init(params["critic"]),
+            buffer=buffer.init(transition_example(obs, setup.action_dim)),
+            env_state=env_state,
+            obs=obs,
+            update_count=torch.zeros((), dtype=torch.int64, device=device),
+            gradient_count=torch.zeros((), dtype=torch.int64, device=device),
+            hparams=TD3HyperParams(
+                **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in hp.items()}
+            ),
+        )
+
+    critic_grad = torch.func.grad_and_value(L.td3_critic_objective, has_aux=True)
+    actor_grad = torch.func.grad_and_value(L.td3_actor_objective, has_aux=True)
+
+    def update(state: TD3TrainState, key: torch.Tensor) -> tuple[TD3TrainState, dict[str, torch.Tensor]]:
+        key_rollout, key_train = random.split(key)
+        warming_up = state.update_count * n < config.learning_starts
+        actor_params = state.params["actor"]
+        hp = state.hparams
+
+        def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+            mu = nets.apply(actor, actor_params, flat_obs(obs)).detach()
+            noisy = (mu + hp.exploration_noise * random.normal(k, tuple(mu.shape))).clamp(-1.0, 1.0)
+            uniform = random.uniform(random.fold_in(k, 1), tuple(mu.shape), minval=-1.0, maxval=1.0)
+            return torch.where(warming_up, uniform, noisy)
+
+        rollout_state, transitions, episode = collect(
+            setup, policy, key_rollout, state.obs, state.env_state, config.num_steps
+        )
+        buffer_state = buffer.add(state.buffer, transitions)
+        active = state.update_count * n + n > config.learning_starts
+
+        def gradient_step(carry, step_key):
+            params, target_params, actor_opt, critic_opt, count = carry
+            key_sample, key_noise = random.split(step_key)
+            batch = buffer.sample(buffer_state, key_sample, config.batch_size).items
+            critic_grads, (critic_loss, critic_metrics) = critic_grad(
+                params["critic"], target_params["actor"], target_params["critic"], batch, key_noise,
+                actor=actor, critic=critic, gamma=config.gamma,
+                policy_noise=config.policy_noise, noise_clip=config.noise_clip,
+            )  # fmt: skip
+            updates, new_critic_opt = tx.update(critic_grads, critic_opt, params["critic"])
+            new_critic = sgd(params["critic"], updates, hp.learning_rate)
+            # The delayed actor step uses the updated critics (CleanRL's order).
+            actor_grads, (actor_loss, _) = actor_grad(
+                params["actor"], new_critic, batch, actor=actor, critic=critic
+            )
+            updates, new_actor_opt = tx.update(actor_grads, actor_opt, params["actor"])
+            new_actor = sgd(params["actor"], updates, hp.learning_rate)
+            new_count = count + active.to(count.dtype)
+            delayed = active & (new_count % config.policy_frequency == 0)
+            new_params = {"actor": new_actor, "critic": new_critic}
+            new_target = L.polyak(target_params, new_params, config.tau)
+            carry = (
+                {
+                    "actor": masked(delayed, new_actor, params["actor"]),
+                    "critic": masked(active, new_critic, params["critic"]),
+                },
+                masked(delayed, new_target, target_params),
+                masked(delayed, new_actor_opt, actor_opt),
+                masked(active, new_critic_opt, critic_opt),
+                new_count,
+            )
+            metrics = {
+                "critic_loss": critic_loss,
+                "actor_loss": actor_loss,
+                "q_mean": critic_metrics["q_mean"],
+                "grad_norm": optim.global_norm(critic_grads),
+            }
+            return carry, metrics
+
+        carry = (state.params, state.target_params, state.actor_opt, state.critic_opt, state.gradient_count)
+        carry, step_metrics = scan(gradient_step, carry, random.split(key_train, config.gradient_steps))
+        params, target_params, actor_opt, critic_opt, gradient_count = carry
+        metrics = {k: v.mean() for k, v in step_metrics.items()}
+        metrics.update(episode)
+        new_state = TD3TrainState(
+            params=params,
+            target_params=target_params,
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            buffer=buffer_state,
+            env_state=rollout_state.env_state,
+            obs=rollout_state.obs,
+            update_count=state.update_count + 1,
+            gradient_count=gradient_count,
+            hparams=state.hparams,
+        )
+        return new_state, metrics
+
+    def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
+        return setup.to_env(nets.apply(actor, params["actor"], flat_obs(obs)))
+
+    return Agent(
+        name="td3",
+        config=config,
+        init=init,
+        update=update,
+        num_updates=config.num_updates,
+        steps_per_update=n,
+        greedy_action=greedy_action,
+        env=setup.env,
+        env_params=setup.env_params,
+        device=device,
+    )

@@ -1,0 +1,175 @@
+"""DQN agent: donated-buffer purity, seeds under vmap, schedules and masks, exact resume, errors, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from funrl import buffers, random, tree
+from funrl.agents import common, dqn, run
+from funrl.agents.checkpoint import load_checkpoint
+
+TINY = dqn.DQNConfig(
+    env_id="CartPole-v1",
+    total_steps=2 * 2 * 10,
+    num_envs=2,
+    num_steps=2,
+    train_frequency=2,
+    buffer_size=32,
+    batch_size=8,
+    learning_starts=4,
+    target_network_frequency=4,
+    hidden_sizes=(16, 16),
+)
+
+
+@pytest.fixture(scope="module")
+def agent() -> common.Agent:
+    return dqn.make_train(TINY)
+
+
+def fresh(state):
+    """An independent copy (new buffer storage and counters): what `update` may consume."""
+    return tree.map(torch.clone, state)
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        ({"total_steps": 0}, "total_steps"),
+        ({"num_envs": 2, "num_steps": 3, "train_frequency": 4}, "train_frequency"),
+        ({"target_network_frequency": 25}, "target_network_frequency"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"exploration_fraction": -0.1}, "exploration_fraction"),
+        ({"learning_starts": -1}, "learning_starts"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"loss_type": "l1"}, "loss_type"),
+        ({"total_steps": 5}, "total_steps"),
+        ({"batch_size": 2.5}, "batch_size"),
+    ],
+)
+def test_config_rejects_bad_values(overrides: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        dqn.DQNConfig(**overrides)
+
+
+def test_make_train_rejects_continuous_env_and_wrong_config() -> None:
+    with pytest.raises(TypeError, match="config: expected a DQNConfig"):
+        dqn.make_train(run.ALGORITHMS["ppo"][0]())
+    with pytest.raises(ValueError, match="unknown"):
+        dqn.make_train(dqn.DQNConfig(env_id="NoSuchEnv-v0"))
+
+
+def test_linear_epsilon_matches_cleanrl_schedule() -> None:
+    steps = torch.tensor([0, 100, 250, 500, 501, 10_000])
+    got = dqn.linear_epsilon(1.0, 0.05, 500.0, steps)
+    # CleanRL: max(slope * t + start_e, end_e), slope = (end_e - start_e) / duration.
+    expected = torch.tensor([max((0.05 - 1.0) / 500.0 * t + 1.0, 0.05) for t in steps.tolist()])
+    torch.testing.assert_close(got, expected)
+
+
+def test_epsilon_greedy_extremes() -> None:
+    q = torch.tensor([[0.0, 1.0, 0.5]] * 256)
+    greedy = dqn.epsilon_greedy(random.key(0), q, torch.tensor(0.0))
+    assert torch.equal(greedy, torch.ones(256, dtype=torch.int64))
+    uniform = dqn.epsilon_greedy(random.key(0), q, torch.tensor(1.0))
+    counts = torch.bincount(uniform, minlength=3)
+    assert counts.sum() == 256 and (counts > 50).all(), counts  # each action ~85 of 256
+
+
+def test_update_is_pure_given_fresh_copies_and_stale_state_is_refused(agent: common.Agent) -> None:
+    state, run_key = common.init_state(agent, random.key(3))
+    state, _ = agent.update(state, random.fold_in(run_key, 0))
+    key = random.fold_in(run_key, 1)
+    snapshot = fresh(state)
+    a, metrics_a = agent.update(fresh(state), key)
+    b, metrics_b = agent.update(fresh(state), key)
+    assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
+    c, _ = agent.update(state, key)  # consumes `state`'s storage
+    assert tree.tree_equal(c, a)
+    # Donation touches the replay storage only: every other leaf of `state` is as it was.
+    assert tree.tree_equal(state._replace(buffer=None), snapshot._replace(buffer=None))
+    assert not tree.tree_equal(state.buffer.experience, snapshot.buffer.experience)
+    with pytest.raises(buffers.StaleStateError, match="stale"):
+        agent.update(state, key)
+
+
+def test_learning_starts_masks_gradient_steps_then_trains(agent: common.Agent) -> None:
+    state, run_key = common.init_state(agent, random.key(5))
+    first, _ = agent.update(state, random.fold_in(run_key, 0))  # 4 transitions: not > learning_starts
+    assert tree.tree_equal(first.params, state.params) and int(first.gradient_count) == 0
+    second, _ = agent.update(first, random.fold_in(run_key, 1))  # 8 transitions: 2 gradient steps
+    assert not tree.tree_allclose(second.params, first.params)
+    assert int(second.gradient_count) == 2
+    # target_network_frequency 4 / train_frequency 2: a hard copy after every 2nd gradient step.
+    assert tree.tree_equal(second.target_params, second.params)
+    third, _ = agent.update(second, random.fold_in(run_key, 2))
+    assert int(third.gradient_count) == 4 and tree.tree_equal(third.target_params, third.params)
+
+
+def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
+    keys = common.seed_keys(0, 2)
+    state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=4)
+    for i in range(2):
+        state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=4)
+        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(metrics_v["loss"][:, i], metrics_i["loss"], rtol=1e-4, atol=1e-5)
+
+
+def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run.train_run("dqn", TINY, out, num_seeds=2, compile=False, progress=False, stop_after=2, log_every=1)
+    agent = dqn.make_train(TINY)
+    good, _ = load_checkpoint(out / run.CHECKPOINT, common.init_state(agent, common.seed_keys(0, 2)))
+    state, run_key = good
+    state = state._replace(hparams=state.hparams._replace(learning_rate=torch.tensor([2.5e-4, float("nan")])))
+    with pytest.raises(common.NonFiniteError, match=r"non-finite loss .* at update 3, seed 1"):
+        common.train(
+            agent, common.seed_keys(0, 2), compile=False, state=state, run_key=run_key, num_updates=2
+        )
+
+
+def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
+    full, _ = run.train_run("dqn", TINY, tmp_path / "full", compile=False, progress=False, checkpoint_every=4)
+    part = tmp_path / "part"
+    run.train_run("dqn", TINY, part, compile=False, progress=False, checkpoint_every=4, stop_after=5)
+    resumed, _ = run.train_run(
+        "dqn", None, part, resume=True, compile=False, progress=False, checkpoint_every=4
+    )
+    assert json.loads((part / run.CONFIG).read_text())["algo"] == "dqn"
+    assert tree.tree_equal(resumed, full)  # params, targets, optimiser, replay storage, env state
+    rows = (part / run.METRICS).read_text().splitlines()
+    assert rows[1:] == (tmp_path / "full" / run.METRICS).read_text().splitlines()[1:]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "funrl", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_cli_train_dqn_then_eval_json(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "dqn"
+    proc = _cli(
+        "train", "dqn", "--env", "CartPole-v1", "--total-steps", "60", "--seeds", "2",
+        "--no-compile", "--out", str(out), "--no-progress", "--checkpoint-every", "3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for name in (run.CONFIG, run.METRICS, run.CHECKPOINT):
+        assert (out / name).is_file(), name
+    header = (out / run.METRICS).read_text().splitlines()[0].split(",")
+    assert {"update", "seed", "env_steps", "episode_return", "loss", "epsilon"} <= set(header)
+    proc = _cli("eval", str(out), "--episodes", "2", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result) == {"mean_return", "std_return", "per_seed"}
+    assert len(result["per_seed"]) == 2 and all(r >= 1.0 for r in result["per_seed"])
