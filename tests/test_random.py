@@ -296,9 +296,11 @@ def test_compile_equals_eager():
         eager_out, compiled_out = _several_samplers(k), compiled(k)
         for e, c in zip(eager_out, compiled_out, strict=True):
             assert e.dtype == c.dtype and e.shape == c.shape
-            if e.dtype == torch.float64:
-                # Inductor's erfinv may differ from eager's by an ulp or two.
-                torch.testing.assert_close(c, e, rtol=1e-14, atol=1e-15)
+            if e.dtype.is_floating_point:
+                # Inductor's erfinv may differ by an ulp or two, and a backend may fuse the bounds'
+                # multiply-add (one ulp of the largest bound, 4.0).
+                eps = torch.finfo(e.dtype).eps
+                torch.testing.assert_close(c, e, rtol=4 * eps, atol=4 * eps)
             else:
                 assert torch.equal(c, e)
 
