@@ -1,0 +1,162 @@
+"""SAC agent: donated-buffer purity, seeds and sweeps under vmap, masks, action scaling, exact resume, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import point_env
+import pytest
+import torch
+
+from funrl import buffers, random, tree
+from funrl.agents import common, run, sac
+from funrl.agents.checkpoint import load_checkpoint
+
+TINY = sac.SACConfig(
+    env_id=point_env.ENV_ID,
+    total_steps=2 * 2 * 8,
+    num_envs=2,
+    num_steps=2,
+    train_frequency=2,
+    buffer_size=32,
+    batch_size=8,
+    learning_starts=4,
+    hidden_sizes=(16, 16),
+)
+
+
+@pytest.fixture(scope="module")
+def agent() -> common.Agent:
+    return sac.make_train(TINY)
+
+
+def fresh(state):
+    return tree.map(torch.clone, state)
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        ({"total_steps": 0}, "total_steps"),
+        ({"num_envs": 3, "train_frequency": 2}, "train_frequency"),
+        ({"gamma": -0.1}, "gamma"),
+        ({"tau": 2.0}, "tau"),
+        ({"learning_starts": -5}, "learning_starts"),
+        ({"policy_lr": 0.0}, "policy_lr"),
+        ({"q_lr": -1e-3}, "q_lr"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"buffer_size": True}, "buffer_size"),
+    ],
+)
+def test_config_rejects_bad_values(overrides: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        sac.SACConfig(**overrides)
+
+
+def test_make_train_rejects_discrete_env_and_wrong_config() -> None:
+    with pytest.raises(ValueError, match="env_id: expected continuous"):
+        sac.make_train(sac.SACConfig(env_id="CartPole-v1"))
+    with pytest.raises(TypeError, match="config: expected a SACConfig"):
+        sac.make_train(TINY.__dict__)
+    with pytest.raises(ValueError, match="hparams: unknown"):
+        sac.make_train(TINY).init(random.key(0), learning_rate=1e-3)
+
+
+def test_update_is_pure_given_fresh_copies_and_stale_state_is_refused(agent: common.Agent) -> None:
+    state, run_key = common.init_state(agent, random.key(1))
+    state, _ = agent.update(state, random.fold_in(run_key, 0))
+    key = random.fold_in(run_key, 1)
+    snapshot = fresh(state)
+    a, metrics_a = agent.update(fresh(state), key)
+    b, metrics_b = agent.update(fresh(state), key)
+    assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
+    c, _ = agent.update(state, key)
+    assert tree.tree_equal(c, a)
+    assert tree.tree_equal(state._replace(buffer=None), snapshot._replace(buffer=None))
+    with pytest.raises(buffers.StaleStateError, match="stale"):
+        agent.update(state, key)
+
+
+def test_warm_up_acts_uniformly_then_trains_every_part(agent: common.Agent) -> None:
+    state, run_key = common.init_state(agent, random.key(2))
+    first, _ = agent.update(state, random.fold_in(run_key, 0))
+    assert tree.tree_equal(first.params, state.params)  # 4 transitions: not past learning_starts
+    assert tree.tree_equal(first.log_alpha, state.log_alpha)
+    second, metrics = agent.update(first, random.fold_in(run_key, 1))
+    for name in ("actor", "critic"):
+        assert not tree.tree_allclose(second.params[name], first.params[name]), name
+    assert not torch.equal(second.log_alpha, first.log_alpha)
+    assert not tree.tree_allclose(second.target_critic, first.target_critic)
+    # Polyak: the target moved by about tau of the distance, not all the way.
+    assert not tree.tree_allclose(second.target_critic, second.params["critic"])
+    stored = buffers.items_in_order(second.buffer)
+    assert stored["action"].abs().max() <= 1.0  # the buffer holds actions in [-1, 1]
+    # Warm-up actions are uniform over the whole box, not concentrated near the policy's mean.
+    assert stored["action"][:4].abs().max() > 0.3
+    assert set(metrics) >= {"critic_loss", "actor_loss", "alpha_loss", "alpha", "episode_return"}
+
+
+def test_fixed_temperature_stays_fixed() -> None:
+    agent = sac.make_train(sac.SACConfig(**{**TINY.__dict__, "autotune": False, "alpha": 0.5}))
+    state, _ = common.train(agent, random.key(0), compile=False, num_updates=3)
+    torch.testing.assert_close(state.log_alpha.exp(), torch.tensor(0.5))
+
+
+def test_greedy_action_is_scaled_into_the_env_box(agent: common.Agent) -> None:
+    state, _ = common.init_state(agent, random.key(0))
+    params = tree.map(lambda p: p * 50.0, state.params)  # saturate tanh
+    action = agent.greedy_action(params, torch.linspace(-1, 1, 9).reshape(9, 1))
+    assert action.shape == (9, 1) and action.abs().max() <= 2.0 and action.abs().max() > 1.5
+
+
+def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
+    keys = common.seed_keys(0, 2)
+    state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=4)
+    for i in range(2):
+        state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=4)
+        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            metrics_v["critic_loss"][:, i], metrics_i["critic_loss"], rtol=1e-4, atol=1e-5
+        )
+
+
+def test_policy_lr_sweep_equals_single_runs(agent: common.Agent) -> None:
+    keys = torch.stack([random.key(7)] * 2)
+    lrs = torch.tensor([1e-2, 1e-4])
+    state_v, _ = common.train(agent, keys, compile=False, num_updates=3, hparams={"policy_lr": lrs})
+    assert not tree.tree_allclose(
+        state_v.params["actor"]["mlp.0.weight"][0], state_v.params["actor"]["mlp.0.weight"][1]
+    )
+    for i in range(2):
+        state_i, _ = common.train(
+            agent, keys[i], compile=False, num_updates=3, hparams={"policy_lr": float(lrs[i])}
+        )
+        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
+
+
+def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run.train_run("sac", TINY, out, num_seeds=2, compile=False, progress=False, stop_after=2, log_every=1)
+    agent = sac.make_train(TINY)
+    (state, run_key), _ = load_checkpoint(
+        out / run.CHECKPOINT, common.init_state(agent, common.seed_keys(0, 2))
+    )
+    state = state._replace(hparams=state.hparams._replace(q_lr=torch.tensor([1e-3, float("nan")])))
+    with pytest.raises(common.NonFiniteError, match=r"at update 3, seed 1") as info:
+        common.train(
+            agent, common.seed_keys(0, 2), compile=False, state=state, run_key=run_key, num_updates=2
+        )
+    term = str(info.value).split()[1]  # "non-finite TERM (nan) at update U, seed S"
+    assert term in common.LOSS_TERMS and term in {"critic_loss", "actor_loss", "alpha_loss", "entropy"}
+
+
+def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
+    full, _ = run.train_run("sac", TINY, tmp_path / "full", compile=False, progress=False, checkpoint_every=3)
+    part = tmp_path / "part"
+    run.train_run("sac", TINY, part, compile=False, progress=False, checkpoint_every=3, stop_after=4)
+    resumed, _ = run.train_run(
+        "sac", None, part, resume=True, compile=False, progress=False, checkpoint_every=3
+    )
+    assert tree.tree_equal(resumed, full)
+    rows = (part / run.METRICS).read_text().splitlines()
+    assert rows[1:] == (tmp_path / "full" / run.METRICS).read_text().splitlines()[1:]
