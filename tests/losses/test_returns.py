@@ -510,3 +510,55 @@ def test_estimators_bad_input():
     with pytest.raises(ValueError, match="lmbda: expected a value in"):
         args = [d[k] for k in ["rewards", "values", "next_values", "terminated", "truncated", "log_rhos"]]
         retrace(*args, 0.9, 2.0)
+
+
+# ------------------------------------------------------------------------------------------
+# The shared checks (funrl.losses._checks): each accepts good input and names the argument
+# ------------------------------------------------------------------------------------------
+
+
+def test_shared_checks_accept_good_and_reject_bad_input_by_name():
+    from funrl.losses import _checks as c
+
+    x = torch.zeros(3, 2)
+    good = [
+        lambda: c.check_tensor("x", x),
+        lambda: c.check_floating("x", x),
+        lambda: c.check_bool("flag", x.bool()),
+        lambda: c.check_integer("actions", x.long()),
+        lambda: c.check_same_shape("x", x, y=x.clone()),
+        lambda: c.check_min_dim("x", x, 2),
+        lambda: c.check_shape("x", x, (3, 2)),
+        lambda: c.check_unit_interval("gamma", 0.0),
+        lambda: c.check_unit_interval("gamma", torch.tensor(5.0)),  # tensor values are not read
+        lambda: c.check_nonnegative("tau", 0.0),
+        lambda: c.check_positive("eps", 1e-9),
+        lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(2), "x", x),
+        lambda: c.check_scalar_or_broadcastable("gamma", 0.5, "x", x),
+        lambda: c.check_choice("kind", "a", ("a", "b")),
+    ]
+    for call in good:
+        call()
+    bad = [
+        (lambda: c.check_tensor("x", [1.0]), "x: expected a torch.Tensor, got list"),
+        (
+            lambda: c.check_floating("x", x.long()),
+            "x: expected a floating-point tensor, got dtype torch.int64",
+        ),
+        (lambda: c.check_bool("flag", x), "flag: expected a torch.bool tensor"),
+        (lambda: c.check_integer("actions", x.bool()), "actions: expected an integer tensor"),
+        (lambda: c.check_same_shape("x", x, y=x.T), "y: expected shape \\(3, 2\\) \\(the shape of x\\)"),
+        (lambda: c.check_min_dim("x", x[0, 0], 1), "x: expected at least 1 dimension"),
+        (lambda: c.check_shape("x", x, (2, 3)), "x: expected shape \\(2, 3\\), got \\(3, 2\\)"),
+        (lambda: c.check_unit_interval("gamma", 1.0001), "gamma: expected a value in \\[0, 1\\]"),
+        (lambda: c.check_unit_interval("gamma", float("nan")), "gamma: expected a value in \\[0, 1\\]"),
+        (lambda: c.check_unit_interval("gamma", "0.9"), "gamma: expected a float"),
+        (lambda: c.check_nonnegative("tau", -1e-9), "tau: expected a value >= 0"),
+        (lambda: c.check_positive("eps", 0), "eps: expected a value > 0"),
+        (lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(3), "x", x), "gamma: expected a Python"),
+        (lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(4, 3, 2), "x", x), "gamma: expected"),
+        (lambda: c.check_choice("kind", "c", ("a", "b")), "kind: expected one of \\('a', 'b'\\), got 'c'"),
+    ]
+    for call, match in bad:
+        with pytest.raises(ValueError, match=match):
+            call()
