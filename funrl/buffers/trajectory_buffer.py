@@ -135,11 +135,13 @@ def _sample(config: TrajectoryConfig, state: TrajectoryState, key: torch.Tensor,
     check_can_sample(config, state, batch_size)
     filled = torch.clamp(state.count, max=config.max_length)
     num_starts = torch.clamp(filled - config.sequence_length + 1, min=1)
-    env_key, start_key = frandom.split(key)
-    envs = frandom.randint(env_key, (batch_size,), 0, config.num_envs)
+    # One draw over all (env, start) pairs, uniform, split by division: one key derivation
+    # instead of three (a third of the compile time and eager cost).
+    pair = frandom.randint(key, (batch_size,), 0, config.num_envs * num_starts)
+    envs = torch.div(pair, num_starts, rounding_mode="floor")
     # A logical start s in [0, filled - L] counts from the oldest stored step, so the window
     # ends at or before the newest step: it never crosses the write head.
-    logical = frandom.randint(start_key, (batch_size,), 0, num_starts)
+    logical = pair - envs * num_starts
     starts = torch.remainder(state.count - filled + logical, config.max_length)
     items = gather_windows(config, state.experience, envs, starts)
     weights = torch.ones(batch_size, dtype=torch.float32, device=starts.device)
