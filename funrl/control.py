@@ -60,6 +60,12 @@ def _scan_hop(
     # body returns leaves and the trees are rebuilt here. The output tree's structure is read off
     # one probe call of ``f`` at trace time; its ops are unused, and the compiler drops them.
     init_leaves, init_spec = torch_pytree.tree_flatten(init)
+    # The op requires the carry to keep the init's strides; body outputs are dense, while an init
+    # may be a view (a size-1 or broadcast dim with an odd stride), so give the init dense strides.
+    init_leaves = [
+        leaf.clone(memory_format=torch.contiguous_format) if isinstance(leaf, torch.Tensor) else leaf
+        for leaf in init_leaves
+    ]
     _, y_probe = f(init, torch_pytree.tree_map(lambda leaf: leaf[0], xs))
     y_spec = torch_pytree.tree_structure(y_probe)
 

@@ -11,11 +11,14 @@ from funrl.envs import minatar  # noqa: E402,F401  isort: skip
 from funrl.envs.gymnasium_bridge import from_gymnasium, to_gymnasium  # noqa: E402  isort: skip
 from funrl.envs.batched import BatchedEnv, vmap  # noqa: E402  isort: skip
 from funrl.envs.rollout import RolloutState, Trajectory, rollout  # noqa: E402  isort: skip
+from funrl.envs.checker import check, validate_action  # noqa: E402  isort: skip
 
 __all__ = [
     "from_gymnasium",
     "to_gymnasium",
     "BatchedEnv",
+    "check",
+    "validate_action",
     "RolloutState",
     "Trajectory",
     "rollout",

@@ -103,9 +103,14 @@ class BatchedEnv:
         """Reset all environments: ``(obs [num_envs, ...], state)``."""
         shared, batched = self._split_params(params)
         obs, state = self._reset(self.keys(key), batched, shared)
+
         # Per-env fields sliced from one draw come out strided; step returns contiguous leaves, so
         # a compiled step would otherwise specialise (and recompile) on the first call's strides.
-        return obs.contiguous(), ftree.map(torch.Tensor.contiguous, state)
+        # (clone, not contiguous(): a size-1 dim keeps its odd stride under contiguous()).
+        def dense(x: torch.Tensor) -> torch.Tensor:
+            return x.clone(memory_format=torch.contiguous_format)
+
+        return dense(obs), ftree.map(dense, state)
 
     def step(
         self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None

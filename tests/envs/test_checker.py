@@ -1,0 +1,142 @@
+"""``funrl.envs.check`` accepts the real environments and catches each planted bug it promises to."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import funrl.envs as E
+from funrl import random
+from funrl.envs.cartpole import CartPole, CartPoleState
+from funrl.envs.checker import check, validate_action
+
+CLASSIC = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
+
+
+@pytest.mark.parametrize("env_id", CLASSIC)
+def test_real_environments_pass(env_id):
+    env, params = E.make(env_id)
+    check(env, params, num_steps=120)
+
+
+def test_check_is_exported():
+    assert E.check is check and E.validate_action is validate_action
+
+
+# Planted bugs: each subclass breaks exactly one promise.
+
+
+class Float64Obs(CartPole):
+    def reset_env(self, key, params):
+        obs, state = super().reset_env(key, params)
+        return obs.double(), state
+
+
+class OutsideSpace(CartPole):
+    def reset_env(self, key, params):
+        obs, state = super().reset_env(key, params)
+        return obs + 100.0, state
+
+
+class GlobalRandomness(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = super().step_env(key, state, action, params)
+        return obs, state, reward + 1e-3 * torch.rand(()), terminated, truncated, info
+
+
+class MutatesState(CartPole):
+    def step_env(self, key, state, action, params):
+        out = super().step_env(key, state, action, params)
+        state.x.add_(0.0001)
+        return out
+
+
+class RewardShape(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = super().step_env(key, state, action, params)
+        return obs, state, reward.reshape(1), terminated, truncated, info
+
+
+class FloatFlags(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = super().step_env(key, state, action, params)
+        return obs, state, reward, terminated.float(), truncated, info
+
+
+class TimeChangesDtype(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = super().step_env(key, state, action, params)
+        return obs, state._replace(time=state.time.to(torch.int64)), reward, terminated, truncated, info
+
+
+class NoAutoReset(CartPole):
+    def step(self, key, state, action, params=None):
+        params = self.default_params if params is None else params
+        key_step, _ = self.step_keys(key, params)
+        obs, state, reward, terminated, truncated, info = self.step_env(key_step, state, action, params)
+        return obs, state, reward, terminated, truncated, {"final_obs": obs}
+
+
+class WrongFinalObs(CartPole):
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+        return obs, state, reward, terminated, truncated, {"final_obs": obs}
+
+
+class HostSync(CartPole):
+    def step_env(self, key, state, action, params):
+        if float(state.x) > 10.0:  # a Python branch on a value: fine eagerly, not under vmap
+            raise AssertionError("unreachable")
+        return super().step_env(key, state, action, params)
+
+
+class NoFinalObs(CartPole):
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, _ = super().step(key, state, action, params)
+        return obs, state, reward, terminated, truncated, {}
+
+
+@pytest.mark.parametrize(
+    "broken, error, match",
+    [
+        (Float64Obs, TypeError, r"reset obs: expected dtype torch.float32"),
+        (OutsideSpace, ValueError, r"reset obs: observation outside the observation space"),
+        (GlobalRandomness, ValueError, r"step is not pure"),
+        (MutatesState, ValueError, r"step modified its input state in place"),
+        (RewardShape, ValueError, r"reward: expected a scalar"),
+        (FloatFlags, TypeError, r"terminated: expected dtype torch.bool"),
+        (TimeChangesDtype, ValueError, r"state leaf changed from torch.int32\[\] to torch.int64"),
+        (NoAutoReset, ValueError, r"the episode ended but obs/state are not reset_env's"),
+        (WrongFinalObs, ValueError, r"info\['final_obs'\], reward or flags differ"),
+        (HostSync, ValueError, r"vmap\(step\) failed"),
+        (NoFinalObs, TypeError, r"info: expected a dict with 'final_obs'"),
+    ],
+)
+def test_planted_bugs_are_caught(broken, error, match):
+    env = broken()
+    with pytest.raises(error, match=match):
+        check(env, env.default_params, num_steps=120)
+
+
+def test_validate_action():
+    cartpole, cp = E.make("CartPole-v1")
+    validate_action(cartpole, torch.tensor(1), cp)
+    with pytest.raises(ValueError, match=r"action: expected values in \[0, 2\), got 2"):
+        validate_action(cartpole, torch.tensor(2), cp)
+    with pytest.raises(ValueError, match=r"action: expected values in \[0, 2\), got -1"):
+        validate_action(cartpole, torch.tensor(-1), cp)
+    with pytest.raises(TypeError, match="action: expected an integer tensor"):
+        validate_action(cartpole, torch.tensor(1.0), cp)
+    pendulum, pp = E.make("Pendulum-v1")
+    validate_action(pendulum, torch.tensor([2.0]), pp)
+    with pytest.raises(ValueError, match=r"action: expected values in \[-2.0, 2.0\], got \[2.5\]"):
+        validate_action(pendulum, torch.tensor([2.5]), pp)
+    with pytest.raises(ValueError, match="action: expected finite values"):
+        validate_action(pendulum, torch.tensor([float("nan")]), pp)
+    with pytest.raises(ValueError, match=r"action: expected shape \[1\]"):
+        validate_action(pendulum, torch.tensor(1.0), pp)
+
+
+def test_state_class_is_what_the_planted_bugs_build_on():
+    _, state = CartPole().reset(random.key(0))
+    assert isinstance(state, CartPoleState)
