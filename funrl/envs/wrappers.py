@@ -53,6 +53,9 @@ __all__ = [
 StepOut = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
+_ENV_METHODS = ("reset", "step", "step_env", "observation_space", "action_space", "default_params")
+
+
 class Wrapper(Environment):
     """Base of wrappers: delegates everything to ``env``; subclasses override the hooks.
 
@@ -63,8 +66,12 @@ class Wrapper(Environment):
     """
 
     def __init__(self, env: Environment) -> None:
-        if not isinstance(env, Environment):
-            raise TypeError(f"env: expected a funrl Environment, got {type(env).__name__}")
+        # Duck-typed so that batched views (``funrl.envs.vmap(env, n)``) can be wrapped too.
+        missing = [name for name in _ENV_METHODS if not hasattr(env, name)]
+        if missing:
+            raise TypeError(
+                f"env: expected a funrl Environment, got {type(env).__name__} (missing {missing})"
+            )
         self.env = env
 
     @property
@@ -75,7 +82,7 @@ class Wrapper(Environment):
     def unwrapped(self) -> Environment:
         """The innermost environment."""
         env = self.env
-        while isinstance(env, Wrapper):
+        while isinstance(env, Wrapper) or hasattr(env, "env"):
             env = env.env
         return env
 
@@ -104,7 +111,7 @@ class Wrapper(Environment):
         return inner_step(key, state, action, params)
 
     def reset_env(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, Any]:
-        obs, env_state = self.env.reset_env(key, params)
+        obs, env_state = self.env.reset(key, params)
         return self._on_reset(obs, env_state, params)
 
     def step_env(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any) -> StepOut:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from funrl import random
@@ -377,6 +377,7 @@ def all_wrapped() -> dict[str, Environment]:
 
 
 @pytest.mark.parametrize("name", list(all_wrapped()))
+@settings(max_examples=5)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_purity_same_inputs_same_outputs(name: str, seed: int) -> None:
     env = all_wrapped()[name]
@@ -423,20 +424,46 @@ def test_step_env_is_the_raw_transition(name: str) -> None:
     assert all("final_obs" not in out[5] for out in outs)
 
 
+def test_wrappers_compose_with_the_batched_view() -> None:
+    """Over ``funrl.envs.vmap(env, n)`` the statistics are shared by the batch (gymnasium's vector
+    wrappers); the episode counters stay per env."""
+    from funrl.envs import make
+    from funrl.envs import vmap as batched_view
+
+    env = W.EpisodeStatistics(W.NormalizeObservation(batched_view(make("Catch-bsuite")[0], 4)))
+    obs, state = env.reset(random.key(0))
+    assert obs.shape == (4, 10, 5) and state.env_state.obs_rms.mean.shape == (10, 5)
+    assert float(state.env_state.obs_rms.count) == pytest.approx(4 + 1e-4)
+    ends = 0
+    for t in range(12):
+        obs, state, _, terminated, _, info = env.step(random.key(t + 1), state, torch.full((4,), t % 3))
+        ends += int(info["returned_episode"].sum())
+        assert info["returned_episode_length"].shape == (4,)
+    assert ends == 4 and bool((info["returned_episode_length"] == 9).all())
+    assert float(state.env_state.obs_rms.count) == pytest.approx(4 * 13 + 1e-4)
+
+
 @pytest.mark.slow
 def test_compiled_stack_equals_eager() -> None:
-    env = all_wrapped()["stack"]
+    """One graph for four wrappers over a cheap env (Catch), vmapped, compiled = eager."""
+    from funrl.envs import make
+
+    catch = make("Catch-bsuite")[0]
+    env = W.EpisodeStatistics(W.NormalizeReward(W.NormalizeObservation(W.FrameStack(catch, 2))))
     n = 4
     keys = random.split(random.key(0), n)
     obs, state = torch.func.vmap(env.reset)(keys)
+    # vmap returns unbatched constants as stride-0 expansions; make them dense so that the
+    # compiled graph is not specialised on strides the later states do not have (a recompile).
+    state = ftree.map(torch.Tensor.contiguous, state)
     step = torch.func.vmap(env.step)
     compiled = torch.compile(step, fullgraph=True)
-    acts = actions(random.key(1), 10, (n,))
     eager_state = compiled_state = state
-    for t in range(10):
+    for t in range(12):
         k = random.split(random.fold_in(random.key(2), t), n)
-        e = step(k, eager_state, acts[t])
-        c = compiled(k, compiled_state, acts[t])
+        act = random.randint(random.fold_in(random.key(1), t), (n,), 0, 3)
+        e = step(k, eager_state, act)
+        c = compiled(k, compiled_state, act)
         assert ftree.tree_allclose(e, c, rtol=1e-5, atol=1e-6)
         eager_state, compiled_state = e[1], c[1]
 
@@ -501,7 +528,7 @@ def test_validate_accepts_a_batched_view_and_refuses_vmap() -> None:
         (lambda: W.NormalizeObservation(RandomWalk(), stats_dtype=torch.int64), "stats_dtype"),
         (lambda: W.FrameStack(RandomWalk(), 0), "num_frames: expected a positive int"),
         (lambda: W.ScaleReward(RandomWalk(), math.inf), "scale: expected a finite float"),
-        (lambda: W.EpisodeStatistics("CartPole-v1"), "env: expected a funrl Environment"),
+        (lambda: W.EpisodeStatistics("CartPole-v1"), "env: expected a funrl Environment, got str"),
     ],
 )
 def test_bad_configuration_is_named(make: Any, match: str) -> None:
@@ -513,3 +540,23 @@ def test_wrong_obs_shape_is_named() -> None:
     env = W.EpisodeStatistics(RandomWalk())
     with pytest.raises(ValueError, match=r"obs: expected shape \[\.\.\., 2\]"):
         env._on_reset(torch.zeros(3), None, env.default_params)
+
+
+def test_wrappers_on_image_observations() -> None:
+    """MinAtar's bool images: FrameStack keeps bool, Flatten flattens, normalisation casts to float."""
+    from funrl.envs import make
+
+    breakout, params = make("Breakout-MinAtar")
+    stacked = W.FrameStack(breakout, 3)
+    obs, state = stacked.reset(random.key(0), params)
+    assert obs.dtype == torch.bool and obs.shape == (3, 10, 10, 4)
+    assert bool(stacked.observation_space(params).contains(obs))
+    flat = W.FlattenObservation(breakout)
+    assert flat.observation_space(params).shape == (400,) and flat.reset(random.key(0), params)[0].shape == (
+        400,
+    )
+    normed = W.NormalizeObservation(breakout)
+    obs, state = normed.reset(random.key(0), params)
+    assert obs.dtype == torch.float32 and obs.shape == (10, 10, 4)
+    obs, state, *_ = normed.step(random.key(1), state, torch.tensor(0), params)
+    assert bool(torch.isfinite(obs).all()) and float(state.obs_rms.count) == pytest.approx(2 + 1e-4)
