@@ -81,7 +81,7 @@ class DeepSea(Environment[DeepSeaState, DeepSeaParams]):
         else:
             # Index flat so the lookup batches under vmap; row < size until the episode ends.
             flat = (state.row * size + state.column).clamp(max=size * size - 1)
-            right_action = params.action_mapping.reshape(-1)[flat]
+            right_action = params.action_mapping.to(flat.device).reshape(-1)[flat]  # params may sit on CPU
         action_right = action.to(torch.int64) == right_action
         reward = torch.where(action_right & (state.column == size - 1), 1.0, 0.0)
         if not params.deterministic:

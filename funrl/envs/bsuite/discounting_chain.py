@@ -76,7 +76,7 @@ class DiscountingChain(Environment[DiscountingChainState, DiscountingChainParams
         params: DiscountingChainParams,
     ):
         check_action_static(action, self.action_space(params))
-        rewards = chain_rewards(0).to(key.device) if params.rewards is None else params.rewards
+        rewards = (chain_rewards(0) if params.rewards is None else params.rewards).to(key.device)
         context = torch.where(state.time == 0, action.to(torch.int64), state.context)
         time = state.time + 1
         chains = torch.arange(len(REWARD_TIMESTEPS), device=key.device)
