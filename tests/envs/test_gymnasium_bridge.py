@@ -138,6 +138,43 @@ def test_flatten_and_clip_vector_wrappers() -> None:
     assert obs.shape == (2, 400)
 
 
+class Drift(E.Environment):
+    """A continuous-action toy: the observation is the last action (so clipping is visible)."""
+
+    @property
+    def default_params(self):
+        return E.EnvParams(max_steps_in_episode=5)
+
+    def reset_env(self, key, params):
+        return torch.zeros(2), torch.zeros((), dtype=torch.int64)
+
+    def step_env(self, key, state, action, params):
+        time = state + 1
+        return action.clone(), time, -action.square().sum(), torch.tensor(False), time >= 5, {}
+
+    def observation_space(self, params=None):
+        return E.Box(low=-1.0, high=1.0, shape=(2,))
+
+    def action_space(self, params=None):
+        return E.Box(low=-1.0, high=1.0, shape=(2,))
+
+
+def test_continuous_actions_and_gymnasium_action_wrappers() -> None:
+    vec = gym.wrappers.vector.ClipAction(E.to_gymnasium(Drift(), 3, seed=0))
+    vec.reset(seed=0)
+    obs, reward, terminated, truncated, _ = vec.step(np.array([[3.0, -0.5], [-7.0, 0.25], [0.0, 9.0]]))
+    np.testing.assert_array_equal(obs, np.array([[1.0, -0.5], [-1.0, 0.25], [0.0, 1.0]], dtype=np.float32))
+    rescaled = gym.wrappers.vector.RescaleAction(
+        E.to_gymnasium(Drift(), 2, seed=0), min_action=np.float32(0.0), max_action=np.float32(4.0)
+    )
+    rescaled.reset(seed=0)
+    obs, *_ = rescaled.step(np.array([[0.0, 4.0], [2.0, 3.0]]))
+    np.testing.assert_allclose(obs, np.array([[-1.0, 1.0], [0.0, 0.5]]))
+    for _ in range(4):
+        obs, reward, terminated, truncated, _ = rescaled.step(np.full((2, 2), 2.0))
+    assert truncated.all() and not terminated.any()
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
