@@ -1,4 +1,4 @@
-"""Cross-checks of funrl's SAC, TD3, CQL and IQL losses against TorchRL 0.14's loss modules.
+"""Cross-checks of funrl's SAC, TD3, CQL, IQL (and DDPG, TD3+BC) losses against TorchRL 0.14's loss modules.
 
 Same networks (TorchRL's modules are built on real copies of the funrl skeletons and loaded with
 the funrl params; the twin-critic ensembles are written into TorchRL's expanded params), same
@@ -38,7 +38,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.data import Bounded
 from torchrl.modules import Actor, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import CQLLoss, IQLLoss, SACLoss, TD3Loss
+from torchrl.objectives import CQLLoss, DDPGLoss, IQLLoss, SACLoss, TD3BCLoss, TD3Loss
 from torchrl.objectives.utils import ValueEstimators
 
 from funrl import nets, random, tree
@@ -373,3 +373,60 @@ def test_iql_losses_match_torchrl(seed):
         actor=s["actor"], temperature=temperature, **modules,
     )  # fmt: skip
     close(actor_loss, out["loss_actor"])
+
+
+# ----------------------------------------------------------------------------------------------
+# DDPG and TD3+BC (beyond the four the issue asks for; both are deterministic given the batch).
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ddpg_losses_match_torchrl(seed):
+    s = setup(seed)
+    b = s["batch"]
+    loss = DDPGLoss(
+        Actor(s["det_actor"], in_keys=["observation"]),
+        ValueOperator(RecordingQ(s["critic"]), in_keys=["observation", "action"]),
+        loss_function="l2",
+        delay_actor=True,
+        delay_value=True,
+    )
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+    critic_params = tree.index(s["critic_params"], 0)
+    target_critic_params = tree.index(s["target_critic_params"], 1)
+    load(loss.value_network_params, critic_params)
+    load(loss.target_value_network_params, target_critic_params)
+    load(loss.target_actor_network_params, s["target_det_actor_params"])
+    out = loss(tensordict(s))
+    modules = {"actor": s["det_actor"], "critic": s["critic"]}
+    critic_loss, _ = C.ddpg_critic_objective(
+        critic_params, s["target_det_actor_params"], target_critic_params, b, gamma=GAMMA, **modules
+    )
+    close(critic_loss, out["loss_value"])
+    close(C.ddpg_actor_objective(s["det_actor_params"], critic_params, b, **modules)[0], out["loss_actor"])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_td3_bc_actor_loss_matches_torchrl(seed):
+    s = setup(seed)
+    loss = TD3BCLoss(
+        Actor(s["det_actor"], in_keys=["observation"]),
+        ValueOperator(RecordingQ(s["critic"]), in_keys=["observation", "action"]),
+        action_spec=Bounded(-1.0, 1.0, (ACT,), dtype=DTYPE),
+        num_qvalue_nets=2,
+        alpha=2.5,
+        loss_function="l2",
+    )
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+    load(loss.qvalue_network_params, s["critic_params"])
+    out = loss(tensordict(s))
+    actor_loss, metrics = O.td3_bc_actor_objective(
+        s["det_actor_params"],
+        s["critic_params"],
+        s["batch"],
+        actor=s["det_actor"],
+        critic=s["critic"],
+        alpha=2.5,
+    )
+    close(actor_loss, out["loss_actor"])
+    close(metrics["bc_mse"], out["bc_loss"])
+    close(metrics["lambda"], out["lmbd"])
