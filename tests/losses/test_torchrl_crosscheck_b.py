@@ -1,4 +1,4 @@
-"""Cross-checks of funrl's SAC, TD3, CQL, IQL (and DDPG, TD3+BC) losses against TorchRL 0.14's loss modules.
+"""Cross-checks of funrl's SAC, TD3, CQL, IQL (and DDPG, TD3+BC, discrete SAC) losses against TorchRL 0.14.
 
 Same networks (TorchRL's modules are built on real copies of the funrl skeletons and loaded with
 the funrl params; the twin-critic ensembles are written into TorchRL's expanded params), same
@@ -13,7 +13,8 @@ How the sampling noise is matched:
   ``ensemble_q``), so the comparison covers log-probs, critics, targets and the losses.
 * TD3 smoothing noise and CQL's proposal actions come from torch's global generator inside
   TorchRL; the tests reseed it and redraw the same normals/uniforms in the same order.
-* IQL needs no sampling: the param-level objectives are compared directly.
+* IQL, DDPG, the TD3+BC actor and discrete SAC need no sampling: the param-level objectives
+  are compared directly.
 
 Documented differences (tested below):
 
@@ -38,7 +39,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.data import Bounded
 from torchrl.modules import Actor, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import CQLLoss, DDPGLoss, IQLLoss, SACLoss, TD3BCLoss, TD3Loss
+from torchrl.objectives import CQLLoss, DDPGLoss, DiscreteSACLoss, IQLLoss, SACLoss, TD3BCLoss, TD3Loss
 from torchrl.objectives.utils import ValueEstimators
 
 from funrl import nets, random, tree
@@ -430,3 +431,46 @@ def test_td3_bc_actor_loss_matches_torchrl(seed):
     close(actor_loss, out["loss_actor"])
     close(metrics["bc_mse"], out["bc_loss"])
     close(metrics["lambda"], out["lmbd"])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_discrete_sac_losses_match_torchrl(seed):
+    num_actions = 4
+    keys = random.split(random.key(seed), 2)
+    actor = nets.MLP(OBS, (32,), num_actions, "relu", device="cpu").to(DTYPE)
+    critic = nets.MLP(OBS, (32,), num_actions, "relu", device="cpu").to(DTYPE)
+    actor_params = nets.init(actor, keys[0], dtype=DTYPE)
+    critic_params = nets.init_ensemble(critic, keys[1], 2, dtype=DTYPE)
+    target_critic_params = tree.map(lambda p: p + 0.05 * torch.cos(5.0 * p), critic_params)
+    actor.load_state_dict(actor_params)
+    s = setup(seed)
+    b = dict(s["batch"])
+    b["action"] = torch.randint(0, num_actions, (B,), generator=torch.Generator().manual_seed(seed))
+    td = tensordict({**s, "batch": b})
+    loss = DiscreteSACLoss(
+        ProbabilisticActor(
+            TensorDictModule(actor, in_keys=["observation"], out_keys=["logits"]),
+            in_keys=["logits"],
+            distribution_class=torch.distributions.Categorical,
+            return_log_prob=True,
+        ),
+        ValueOperator(critic, in_keys=["observation"], out_keys=["action_value"]),
+        action_space="categorical",
+        num_actions=num_actions,
+        loss_function="l2",
+        alpha_init=0.5,
+    )
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+    load(loss.qvalue_network_params, critic_params)
+    load(loss.target_qvalue_network_params, target_critic_params)
+    out = loss(td)
+    modules = {"actor": actor, "critic": critic}
+    critic_loss, _ = C.discrete_sac_critic_objective(
+        critic_params, actor_params, target_critic_params, 0.5, b, gamma=GAMMA, **modules
+    )
+    close(critic_loss, out["loss_qvalue"])
+    actor_loss, metrics = C.discrete_sac_actor_objective(actor_params, critic_params, 0.5, b, **modules)
+    close(actor_loss, out["loss_actor"])
+    log_alpha = torch.tensor(math.log(0.5), dtype=DTYPE)
+    target_entropy = C.discrete_sac_target_entropy(num_actions)
+    close(C.sac_temperature_loss(log_alpha, metrics["log_prob"], target_entropy)[0], out["loss_alpha"])
