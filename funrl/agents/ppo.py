@@ -231,10 +231,11 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         else:
             lr = hp.learning_rate
 
-        def epoch_order(k: torch.Tensor) -> torch.Tensor:
-            return random.permutation(k, batch_size).reshape(config.num_minibatches, minibatch_size)
-
-        orders = torch.cat([epoch_order(k) for k in random.split(key_epochs, config.update_epochs)])
+        # One vmapped permutation for all epochs: each Threefry call site costs inductor ~15 s of
+        # compile time on a CPU, so the epochs share one.
+        epoch_keys = random.split(key_epochs, config.update_epochs)
+        orders = torch.func.vmap(lambda k: random.permutation(k, batch_size))(epoch_keys)
+        orders = orders.reshape(config.update_epochs * config.num_minibatches, minibatch_size)
 
         def sgd_step(carry, idx):
             params, opt_state = carry
