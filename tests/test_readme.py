@@ -1,0 +1,31 @@
+"""The README's quick-start commands and CI's script stay the same commands."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    quick = text[text.index("## Quick start") :]
+    return re.findall(r"```bash\n(.+?)\n```", quick, flags=re.S)
+
+
+def test_readme_has_exactly_two_quick_start_commands() -> None:
+    commands = _commands()
+    assert len(commands) == 2
+    assert all("\n" not in c for c in commands)
+    assert "funrl train ppo --env CartPole-v1" in commands[0]
+
+
+def test_ci_installs_and_tests_as_the_readme_says() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    _, test_command = _commands()
+    parts = [p.strip() for p in test_command.split("&&")]
+    install = next(p for p in parts if p.startswith("pip install"))
+    pytest_command = next(p for p in parts if "pytest" in p)
+    assert "torch==2.13.0" in install
+    assert re.search(rf"^{re.escape(install)}", ci, flags=re.M), install
+    assert re.search(rf"^{re.escape(pytest_command)}$", ci, flags=re.M), pytest_command
+    assert 'if [ "$rc" -eq 5 ]' in ci
