@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from funrl import envs, random
+from funrl import control, envs, random
 from funrl import tree as ftree
 from funrl.envs import wrappers
 
@@ -140,7 +140,7 @@ def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = Non
 
     fn = torch.func.vmap(step, randomness="error") if batched else step
     if compile:
-        fn = torch.compile(fn, fullgraph=True, mode=mode)
+        fn = control.compile(fn, fullgraph=True, mode=mode)
     return fn
 
 

@@ -260,7 +260,8 @@ def init(
                 f"initializer for {name!r}: expected a tensor of shape {list(shape)} and dtype "
                 f"{param_dtype}, got {got}"
             )
-        params[name] = value
+        # Contiguous, so a compiled step that returns fresh params sees the same strides next call.
+        params[name] = value.contiguous()
     return params
 
 

@@ -218,3 +218,20 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) == {"mean_return", "std_return", "per_seed"}
     assert len(result["per_seed"]) == 2 and all(r >= 1.0 for r in result["per_seed"])
+
+
+@pytest.mark.slow
+def test_compiled_update_equals_eager(agent: common.Agent) -> None:
+    """One compiled graph for the whole PPO iteration (rollout scan, GAE, minibatch scan)."""
+    state, run_key = common.init_state(agent, random.key(11))
+    eager_step = common.make_step(agent, batched=False, compile=False)
+    compiled_step = common.make_step(agent, batched=False, compile=True)
+    eager, compiled = state, state
+    for _ in range(3):
+        eager, metrics_e = eager_step(eager, run_key)
+        compiled, metrics_c = compiled_step(compiled, run_key)
+    assert tree.tree_allclose(compiled.params, eager.params, rtol=1e-5, atol=1e-6)
+    assert tree.tree_equal(compiled.env_state, eager.env_state) or tree.tree_allclose(
+        compiled.env_state, eager.env_state, rtol=1e-5, atol=1e-6
+    )
+    torch.testing.assert_close(metrics_c["loss"], metrics_e["loss"], rtol=1e-4, atol=1e-5)
