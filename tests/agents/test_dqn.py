@@ -44,7 +44,7 @@ def fresh(state):
     [
         ({"total_steps": 0}, "total_steps"),
         ({"num_envs": 2, "num_steps": 3, "train_frequency": 4}, "train_frequency"),
-        ({"target_network_frequency": 25}, "target_network_frequency"),
+        ({"target_network_frequency": 27}, "target_network_frequency"),
         ({"gamma": 1.5}, "gamma"),
         ({"exploration_fraction": -0.1}, "exploration_fraction"),
         ({"learning_starts": -1}, "learning_starts"),
