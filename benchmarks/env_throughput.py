@@ -66,9 +66,7 @@ def time_funrl(env_id: str, n: int, mode: str, steps: int, chunk: int, repeats: 
     if mode == "eager":
         run = make_chunk(batched, params, space, n, chunk, device)
     else:
-        run = torch.compile(
-            make_chunk(batched, params, space, n, chunk, device), fullgraph=True, dynamic=False
-        )
+        run = control.compile(make_chunk(batched, params, space, n, chunk, device), dynamic=False)
     t0 = time.perf_counter()
     obs, state, total = run(random.fold_in(key, 1), obs, state)  # warm-up (compiles)
     sync(device)
