@@ -173,3 +173,20 @@ def test_cli_train_dqn_then_eval_json(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) == {"mean_return", "std_return", "per_seed"}
     assert len(result["per_seed"]) == 2 and all(r >= 1.0 for r in result["per_seed"])
+
+
+@pytest.mark.slow
+def test_compiled_update_equals_eager(agent: common.Agent) -> None:
+    """The whole iteration (rollout scan, in-place buffer add, gradient-step scan) as one graph."""
+    state, run_key = common.init_state(agent, random.key(0))
+    eager_state, compiled_state = fresh(state), fresh(state)
+    eager_step = common.make_step(agent, batched=False, compile=False)
+    compiled_step = common.make_step(agent, batched=False, compile=True)
+    for _ in range(4):  # warm-up mask off, then on (gradient and target steps)
+        eager_state, eager_metrics = eager_step(eager_state, run_key)
+        compiled_state, compiled_metrics = compiled_step(compiled_state, run_key)
+    assert int(compiled_state.gradient_count) == int(eager_state.gradient_count) == 6
+    assert tree.tree_allclose(compiled_state.params, eager_state.params, rtol=1e-5, atol=1e-6)
+    assert tree.tree_allclose(compiled_state.target_params, eager_state.target_params, rtol=1e-5, atol=1e-6)
+    assert tree.tree_equal(compiled_state.buffer.experience, eager_state.buffer.experience)
+    torch.testing.assert_close(compiled_metrics["loss"], eager_metrics["loss"], rtol=1e-5, atol=1e-6)
