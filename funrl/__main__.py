@@ -9,6 +9,7 @@ funrl demo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -87,7 +88,11 @@ def _train(args: argparse.Namespace) -> int:
         if args.num_envs is not None:
             overrides["num_envs"] = args.num_envs
         if args.lr is not None:
-            overrides["learning_rate"] = args.lr
+            # SAC has separate actor and critic rates; --lr sets both.
+            fields = {f.name for f in dataclasses.fields(cls)}
+            for name in ("learning_rate", "policy_lr", "q_lr"):
+                if name in fields:
+                    overrides[name] = args.lr
         config = cls(**overrides)
         algo = args.algo
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -135,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train", help="train an agent; writes config, metrics, plot and checkpoints to --out"
     )
-    train.add_argument("algo", nargs="?", default=None, help="algorithm: ppo")
+    train.add_argument("algo", nargs="?", default=None, help="algorithm: ppo, dqn, sac or td3")
     train.add_argument(
         "--env",
         default="CartPole-v1",
