@@ -71,30 +71,35 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace) -> int:
+def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | None]:
+    """``(algo, config)`` for ``train``'s options; ``(None, None)`` when resuming (the run's own)."""
     from funrl.agents import run
 
     if args.resume:
         if args.out is None:
             raise run.RunError("out: --resume needs --out, the folder of the run to continue")
-        algo, config = None, None
-    else:
-        if args.algo is None:
-            raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
-        if args.algo not in run.ALGORITHMS:
-            raise run.RunError(f"algo: unknown {args.algo!r}; known: {', '.join(sorted(run.ALGORITHMS))}")
-        cls = run.ALGORITHMS[args.algo][0]
-        overrides = {"env_id": args.env, "total_steps": args.total_steps}
-        if args.num_envs is not None:
-            overrides["num_envs"] = args.num_envs
-        if args.lr is not None:
-            # SAC has separate actor and critic rates; --lr sets both.
-            fields = {f.name for f in dataclasses.fields(cls)}
-            for name in ("learning_rate", "policy_lr", "q_lr"):
-                if name in fields:
-                    overrides[name] = args.lr
-        config = cls(**overrides)
-        algo = args.algo
+        return None, None
+    if args.algo is None:
+        raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
+    if args.algo not in run.ALGORITHMS:
+        raise run.RunError(f"algo: unknown {args.algo!r}; known: {', '.join(sorted(run.ALGORITHMS))}")
+    cls = run.ALGORITHMS[args.algo][0]
+    overrides = {"env_id": args.env, "total_steps": args.total_steps}
+    if args.num_envs is not None:
+        overrides["num_envs"] = args.num_envs
+    if args.lr is not None:
+        # SAC has separate actor and critic rates; --lr sets both.
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for name in ("learning_rate", "policy_lr", "q_lr"):
+            if name in fields:
+                overrides[name] = args.lr
+    return args.algo, cls(**overrides)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from funrl.agents import run
+
+    algo, config = config_from_args(args)
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.perf_counter()
     run.train_run(

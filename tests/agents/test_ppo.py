@@ -235,3 +235,24 @@ def test_compiled_update_equals_eager(agent: common.Agent) -> None:
         compiled.env_state, eager.env_state, rtol=1e-5, atol=1e-6
     )
     torch.testing.assert_close(metrics_c["loss"], metrics_e["loss"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "algo, fields",
+    [
+        ("ppo", ("learning_rate",)),
+        ("dqn", ("learning_rate",)),
+        ("sac", ("policy_lr", "q_lr")),
+        ("td3", ("learning_rate",)),
+    ],
+)
+def test_cli_lr_sets_every_learning_rate_of_the_algorithm(algo: str, fields: tuple[str, ...]) -> None:
+    from funrl.__main__ import build_parser, config_from_args
+
+    env = "CartPole-v1" if algo in ("ppo", "dqn") else "Pendulum-v1"
+    args = build_parser().parse_args(
+        ["train", algo, "--env", env, "--total-steps", "100000", "--lr", "0.0123"]
+    )
+    name, config = config_from_args(args)
+    assert name == algo and config.env_id == env
+    assert all(getattr(config, f) == 0.0123 for f in fields)
