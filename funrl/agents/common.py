@@ -61,6 +61,30 @@ class BatchedEnvLike(Protocol):
     def action_space(self, params: Any = None) -> envs.Space: ...
 
 
+class OffPolicySchedule:
+    """Derived sizes shared by the off-policy configs (fields ``num_envs``, ``num_steps``,
+    ``total_steps``, ``train_frequency``): each update steps every env ``num_steps`` times and
+    takes one gradient step per ``train_frequency`` transitions."""
+
+    num_envs: int
+    num_steps: int
+    total_steps: int
+    train_frequency: int
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // self.steps_per_update
+
+    @property
+    def gradient_steps(self) -> int:
+        """Gradient steps per update: one per ``train_frequency`` transitions."""
+        return self.steps_per_update // self.train_frequency
+
+
 class NonFiniteError(FloatingPointError):
     """A loss term or gradient became NaN or infinite; names the update, the seed and the term."""
 

@@ -41,14 +41,14 @@ import torch
 from funrl import buffers, envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, make_batched_env
+from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule, make_batched_env
 from funrl.control import scan
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNTrainState", "make_train", "linear_epsilon"]
 
 
 @dataclasses.dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(OffPolicySchedule):
     """Static DQN configuration (compile specialises on it). Steps count environment transitions."""
 
     env_id: str = "CartPole-v1"
@@ -110,19 +110,6 @@ class DQNConfig:
             raise ValueError(f"learning_rate: expected a value > 0, got {self.learning_rate}")
         if self.loss_type not in ("mse", "huber"):
             raise ValueError(f"loss_type: expected 'mse' or 'huber', got {self.loss_type!r}")
-
-    @property
-    def steps_per_update(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_steps // self.steps_per_update
-
-    @property
-    def gradient_steps(self) -> int:
-        """Gradient steps per update: one per ``train_frequency`` transitions."""
-        return self.steps_per_update // self.train_frequency
 
 
 class DQNHyperParams(NamedTuple):

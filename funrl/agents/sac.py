@@ -35,7 +35,7 @@ import torch
 from funrl import buffers, envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, make_batched_env
+from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule, make_batched_env
 from funrl.agents.dqn import dense
 from funrl.control import scan
 
@@ -68,7 +68,7 @@ def check_offpolicy_config(config: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
+class SACConfig(OffPolicySchedule):
     """Static SAC configuration (compile specialises on it). Steps count environment transitions."""
 
     env_id: str = "Pendulum-v1"
@@ -95,18 +95,6 @@ class SACConfig:
                 raise ValueError(f"{name}: expected a value > 0, got {getattr(self, name)}")
         if not self.alpha > 0:
             raise ValueError(f"alpha: expected a value > 0, got {self.alpha}")
-
-    @property
-    def steps_per_update(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_steps // self.steps_per_update
-
-    @property
-    def gradient_steps(self) -> int:
-        return self.steps_per_update // self.train_frequency
 
 
 class SACHyperParams(NamedTuple):

@@ -32,7 +32,7 @@ from torch import nn
 from funrl import buffers, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike
+from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule
 from funrl.agents.sac import (
     check_offpolicy_config,
     collect,
@@ -65,7 +65,7 @@ class DeterministicActor(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class TD3Config:
+class TD3Config(OffPolicySchedule):
     """Static TD3 configuration (compile specialises on it). Steps count environment transitions."""
 
     env_id: str = "Pendulum-v1"
@@ -96,18 +96,6 @@ class TD3Config:
         value = self.policy_frequency
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"policy_frequency: expected a positive int, got {value!r}")
-
-    @property
-    def steps_per_update(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_steps // self.steps_per_update
-
-    @property
-    def gradient_steps(self) -> int:
-        return self.steps_per_update // self.train_frequency
 
 
 class TD3HyperParams(NamedTuple):
