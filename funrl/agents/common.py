@@ -85,6 +85,24 @@ class OffPolicySchedule:
         return self.steps_per_update // self.train_frequency
 
 
+@dataclasses.dataclass(frozen=True)
+class ContinuousOffPolicyConfig(OffPolicySchedule):
+    """The fields SAC and TD3 share, with CleanRL's continuous-control defaults (buffer 1e5)."""
+
+    env_id: str = "Pendulum-v1"
+    total_steps: int = 20_000
+    num_envs: int = 1
+    num_steps: int = 1
+    train_frequency: int = 1
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 1_000
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
+
+
 class NonFiniteError(FloatingPointError):
     """A loss term or gradient became NaN or infinite; names the update, the seed and the term."""
 

@@ -35,7 +35,7 @@ import torch
 from funrl import buffers, envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule, make_batched_env
+from funrl.agents.common import Agent, BatchedEnvLike, ContinuousOffPolicyConfig, make_batched_env
 from funrl.agents.dqn import dense
 from funrl.control import scan
 
@@ -68,25 +68,13 @@ def check_offpolicy_config(config: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig(OffPolicySchedule):
+class SACConfig(ContinuousOffPolicyConfig):
     """Static SAC configuration (compile specialises on it). Steps count environment transitions."""
 
-    env_id: str = "Pendulum-v1"
-    total_steps: int = 20_000
-    num_envs: int = 1
-    num_steps: int = 1
-    train_frequency: int = 1
-    buffer_size: int = 100_000
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    learning_starts: int = 1_000
     policy_lr: float = 3e-4
     q_lr: float = 1e-3
     autotune: bool = True
     alpha: float = 0.2
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    env_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         check_offpolicy_config(self)

@@ -32,7 +32,7 @@ from torch import nn
 from funrl import buffers, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule
+from funrl.agents.common import Agent, BatchedEnvLike, ContinuousOffPolicyConfig
 from funrl.agents.sac import (
     check_offpolicy_config,
     collect,
@@ -65,26 +65,14 @@ class DeterministicActor(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class TD3Config(OffPolicySchedule):
+class TD3Config(ContinuousOffPolicyConfig):
     """Static TD3 configuration (compile specialises on it). Steps count environment transitions."""
 
-    env_id: str = "Pendulum-v1"
-    total_steps: int = 20_000
-    num_envs: int = 1
-    num_steps: int = 1
-    train_frequency: int = 1
-    buffer_size: int = 100_000
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    learning_starts: int = 1_000
     learning_rate: float = 3e-4
     policy_noise: float = 0.2
     noise_clip: float = 0.5
     exploration_noise: float = 0.1
     policy_frequency: int = 2
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    env_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         check_offpolicy_config(self)
