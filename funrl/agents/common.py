@@ -24,6 +24,7 @@ import torch
 from funrl import control, envs, random
 from funrl import tree as ftree
 from funrl.envs import wrappers
+from funrl.envs.gymnasium_bridge import host_env_of
 
 __all__ = [
     "Agent",
@@ -139,14 +140,27 @@ def make_batched_env(
 
     A funrl id is made, wrapped (episode statistics always; observation/reward normalisation
     when asked, or by default for continuous actions) and batched with ``funrl.envs.vmap``: each
-    environment keeps its own statistics. A ready batched ``env`` (e.g. ``from_gymnasium``) is used
-    as it is; it must report ``returned_episode`` statistics in its info.
+    environment keeps its own statistics. A host gymnasium env (``funrl.envs.from_gymnasium``,
+    already batched) gets the same wrappers on its batched view, whose normalisation statistics
+    are shared by its ``num_envs`` envs, as gymnasium's vector wrappers do. Any other ready
+    batched ``env`` is used as it is; it must report ``returned_episode`` statistics in its info.
+    A given ``env`` must hold ``num_envs`` environments.
     """
-    if env is not None:
+    if env is None:
+        single, params = envs.make(env_id, **env_kwargs)
+    else:
+        if isinstance(env, tuple):
+            raise TypeError(
+                "env: expected the env itself, got a tuple (from_gymnasium returns (env, params))"
+            )
+        host = host_env_of(env)
+        held = host.num_envs if host is not None else getattr(env, "num_envs", num_envs)
+        if held != num_envs:
+            raise ValueError(f"num_envs: the config says {num_envs}, the given env holds {held}")
         params = getattr(env, "default_params", None)
-        space = env.action_space(params)
-        return env, params, isinstance(space, envs.Box)
-    single, params = envs.make(env_id, **env_kwargs)
+        if host is None:
+            return env, params, isinstance(env.action_space(params), envs.Box)
+        single = env  # already batched: the wrappers below see its whole batch
     continuous = isinstance(single.action_space(params), envs.Box)
     if normalize_obs if normalize_obs is not None else continuous:
         single = wrappers.NormalizeObservation(single)
@@ -155,7 +169,7 @@ def make_batched_env(
     single = wrappers.EpisodeStatistics(single)
     if normalize_reward if normalize_reward is not None else continuous:
         single = wrappers.NormalizeReward(single, gamma=gamma)
-    return envs.vmap(single, num_envs), params, continuous
+    return (envs.vmap(single, num_envs) if env is None else single), params, continuous
 
 
 def seed_keys(seed: int, num_seeds: int | None) -> torch.Tensor:
@@ -174,8 +188,26 @@ def _batched(key: torch.Tensor) -> bool:
     return key.dim() == 2
 
 
+def _check_host_env(agent: Agent, batched: bool, compile: bool) -> None:
+    """A host gymnasium env (``from_gymnasium``) trains one seed, eagerly: say so before tracing."""
+    if host_env_of(agent.env) is None:
+        return
+    if batched:
+        raise ValueError(
+            "key: expected one key of shape [2]: the agent's env is a host gymnasium env "
+            "(from_gymnasium), one set of envs that cannot be vmapped over seeds; train each seed "
+            "with its own agent and from_gymnasium env"
+        )
+    if compile:
+        raise ValueError(
+            "compile: the agent's env is a host gymnasium env (from_gymnasium), which torch.compile "
+            "cannot trace; pass compile=False"
+        )
+
+
 def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = None) -> Callable:
     """``step(train_state, run_key) -> (train_state, metrics)``: update keyed by ``fold_in(run_key, count)``."""
+    _check_host_env(agent, batched, compile)
 
     def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
         return agent.update(state, random.fold_in(run_key, state.update_count))
@@ -192,6 +224,7 @@ def init_state(
     """``(train_state, run_key)`` for one key ``[2]`` or a batch ``[S, 2]``; hparams may be per seed."""
     hparams = hparams or {}
     batched = _batched(key)
+    _check_host_env(agent, batched, compile=False)
 
     def one(k: torch.Tensor, hp: dict[str, Any]) -> tuple[Any, torch.Tensor]:
         key_init, key_run = random.split(k)
@@ -246,6 +279,9 @@ def train(
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train ``agent`` from ``key`` (``[2]``: one seed; ``[S, 2]``: ``S`` seeds vmapped).
 
+    An agent on a host gymnasium env (``from_gymnasium``) trains one key ``[2]`` with
+    ``compile=False``: its envs are one stateful set on the host (a ValueError says so otherwise).
+
     Args:
         compile: compile the update step once with ``torch.compile(fullgraph=True)``.
         hparams: overrides of sweepable hyper-parameters; a tensor with leading ``[S]`` gives
@@ -259,6 +295,7 @@ def train(
         ``(train_state, metrics)`` with every metric stacked over updates (``[U]`` or ``[U, S]``).
     """
     batched = _batched(key)
+    _check_host_env(agent, batched, compile)
     if (state is None) != (run_key is None):
         raise ValueError("state, run_key: pass both to resume, or neither")
     if state is None:
@@ -296,14 +333,22 @@ def evaluate(
 
     Runs one environment per episode (a fresh batched view of the agent's environment) until each
     has finished its first episode; observation normalisation, if any, starts from fresh
-    statistics as in a new environment.
+    statistics as in a new environment. A host gymnasium env (``from_gymnasium``) cannot be
+    copied: its own ``num_envs`` envs are reset (a training state on it is stale afterwards), so
+    ``episodes`` must equal its ``num_envs``.
     """
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes: expected a positive int, got {episodes!r}")
     benv = agent.env
+    host = host_env_of(benv)
+    if host is not None and episodes != host.num_envs:
+        raise ValueError(
+            f"episodes: the agent's host gymnasium env runs its {host.num_envs} envs at once; "
+            f"expected episodes={host.num_envs}, got {episodes}"
+        )
     eval_env = envs.vmap(benv.env, episodes) if isinstance(benv, envs.batched.BatchedEnv) else benv
     obs, env_state = eval_env.reset(key.to(agent.device), agent.env_params)
-    limit = max_steps or getattr(agent.env_params, "max_steps_in_episode", 10_000)
+    limit = max_steps or getattr(agent.env_params, "max_steps_in_episode", 0) or 10_000
     returns = torch.zeros(episodes, dtype=torch.float32, device=agent.device)
     finished = torch.zeros(episodes, dtype=torch.bool, device=agent.device)
     for t in range(int(limit) + 1):

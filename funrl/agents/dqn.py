@@ -178,7 +178,8 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False, config.gamma
     )
     if continuous:
-        raise ValueError(f"env_id: DQN needs discrete actions, {config.env_id} has a Box action space")
+        arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
+        raise ValueError(f"{arg}: DQN needs discrete actions, {name} has a Box action space")
     obs_space = benv.observation_space(env_params)
     num_actions = benv.action_space(env_params).n
     obs_dim = math.prod(obs_space.shape)

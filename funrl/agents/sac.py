@@ -122,18 +122,19 @@ def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.devi
     benv, env_params, continuous = make_batched_env(
         config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False, config.gamma
     )
+    arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
     if not continuous:
-        raise ValueError(f"env_id: expected continuous (Box) actions, {config.env_id} has discrete actions")
+        raise ValueError(f"{arg}: expected continuous (Box) actions, {name} has discrete actions")
     # The bounds of the env itself: make_batched_env's ClipAction declares an unbounded space.
     if env is None:
         raw, raw_params = envs.make(config.env_id, **dict(config.env_kwargs))
         space = raw.action_space(raw_params)
     else:
-        space = benv.action_space(env_params)
+        space = env.action_space(env_params)
     low = torch.as_tensor(space.low, dtype=torch.float32, device=device).expand(space.shape)
     high = torch.as_tensor(space.high, dtype=torch.float32, device=device).expand(space.shape)
     if not bool(torch.isfinite(low).all() & torch.isfinite(high).all()):
-        raise ValueError(f"env_id: expected finite action bounds, got low={space.low} high={space.high}")
+        raise ValueError(f"{arg}: expected finite action bounds, got low={space.low} high={space.high}")
     scale, bias = (high - low) / 2.0, (high + low) / 2.0
     obs_shape = tuple(benv.observation_space(env_params).shape)
     return ContinuousSetup(

@@ -29,7 +29,14 @@ from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space
 from funrl.envs.registry import make
 from funrl.envs.wrappers import under_torch_compile
 
-__all__ = ["FunrlVectorEnv", "to_gymnasium", "HostEnvironment", "HostState", "from_gymnasium"]
+__all__ = [
+    "FunrlVectorEnv",
+    "to_gymnasium",
+    "HostEnvironment",
+    "HostState",
+    "from_gymnasium",
+    "host_env_of",
+]
 
 _TORCH_TO_NUMPY = {
     torch.float32: np.float32,
@@ -285,7 +292,11 @@ def to_gymnasium(
 
 @dataclasses.dataclass(frozen=True)
 class HostParams(EnvParams):
-    """No options: the time limit and physics live inside the gymnasium env."""
+    """No options: the time limit and physics live inside the gymnasium env.
+
+    ``max_steps_in_episode`` only reports the gymnasium spec's ``max_episode_steps`` (0 when the
+    env declares none), so that loops bounded by it (evaluation) know how long an episode can be.
+    """
 
     max_steps_in_episode: int = 0
 
@@ -332,7 +343,7 @@ class HostEnvironment(Environment):
 
     @property
     def default_params(self) -> HostParams:
-        return HostParams()
+        return HostParams(max_steps_in_episode=_max_episode_steps(self.vector_env))
 
     def observation_space(self, params: Any = None) -> Space:
         return self._observation_space
@@ -412,6 +423,28 @@ class HostEnvironment(Environment):
 
     def close(self) -> None:
         self.vector_env.close()
+
+
+def _max_episode_steps(vector_env: gym.vector.VectorEnv) -> int:
+    """The time limit of the spec of ``vector_env`` (or of its first sub-env), 0 if none is declared."""
+    spec = getattr(vector_env, "spec", None)
+    if spec is None and getattr(vector_env, "envs", None):
+        spec = getattr(vector_env.envs[0], "spec", None)
+    limit = getattr(spec, "max_episode_steps", None)
+    return int(limit) if limit else 0
+
+
+def host_env_of(env: Any) -> HostEnvironment | None:
+    """The :class:`HostEnvironment` that ``env`` is or wraps (through ``.env`` links), else None.
+
+    Such an env runs only eagerly, one set of ``num_envs`` host envs: callers that would compile
+    or ``vmap`` it (the agents' training loop) check this first and say so.
+    """
+    while env is not None:
+        if isinstance(env, HostEnvironment):
+            return env
+        env = getattr(env, "env", None)
+    return None
 
 
 def from_gymnasium(

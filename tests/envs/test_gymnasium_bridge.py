@@ -7,12 +7,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.vector import AutoresetMode
 
 import funrl.envs as E
 from funrl import random
 from funrl.envs import wrappers as W
-from funrl.envs.gymnasium_bridge import FunrlVectorEnv, space_from_gymnasium, space_to_gymnasium
+from funrl.envs.gymnasium_bridge import FunrlVectorEnv, host_env_of, space_from_gymnasium, space_to_gymnasium
 
 CATCH_EPISODE = 9  # Catch-bsuite (10 rows): every episode lasts exactly 9 steps
 
@@ -360,3 +361,23 @@ def test_from_gymnasium_bad_arguments() -> None:
         E.from_gymnasium(next_step, 2)
     with pytest.raises(ValueError, match="the vector env has 2 envs"):
         E.from_gymnasium(next_step, 3)
+
+
+def test_from_gymnasium_params_report_the_specs_time_limit() -> None:
+    by_id, params = E.from_gymnasium("CartPole-v1", 2)
+    assert params.max_steps_in_episode == 500 == by_id.default_params.max_steps_in_episode
+    by_factory, _ = E.from_gymnasium(lambda: gym.make("Pendulum-v1"), 2)
+    assert by_factory.default_params.max_steps_in_episode == 200
+    unlimited, _ = E.from_gymnasium(CartPoleEnv, 1)  # no registry spec, no time limit
+    no_spec, _ = E.from_gymnasium(E.to_gymnasium("CartPole-v1", 1, autoreset_mode=AutoresetMode.SAME_STEP), 1)
+    assert unlimited.default_params.max_steps_in_episode == 0 == no_spec.default_params.max_steps_in_episode
+
+
+def test_host_env_of_finds_the_host_env_through_wrappers() -> None:
+    host, _ = E.from_gymnasium("CartPole-v1", 2)
+    assert host_env_of(host) is host
+    assert host_env_of(W.EpisodeStatistics(W.NormalizeObservation(host))) is host
+    pure, _ = E.make("CartPole-v1")
+    assert host_env_of(pure) is None
+    assert host_env_of(E.vmap(W.EpisodeStatistics(pure), 2)) is None
+    assert host_env_of(None) is None
