@@ -14,6 +14,7 @@ trains ``S`` seeds at once with ``torch.func.vmap`` over the update.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Callable
@@ -34,6 +35,7 @@ __all__ = [
     "seed_keys",
     "train",
     "evaluate",
+    "with_num_envs",
     "LOSS_TERMS",
 ]
 
@@ -138,13 +140,14 @@ def make_batched_env(
 ) -> tuple[Any, Any, bool]:
     """``(batched_env, env_params, continuous)`` for an agent.
 
-    A funrl id is made, wrapped (episode statistics always; observation/reward normalisation
-    when asked, or by default for continuous actions) and batched with ``funrl.envs.vmap``: each
-    environment keeps its own statistics. A host gymnasium env (``funrl.envs.from_gymnasium``,
-    already batched) gets the same wrappers on its batched view, whose normalisation statistics
-    are shared by its ``num_envs`` envs, as gymnasium's vector wrappers do. Any other ready
-    batched ``env`` is used as it is; it must report ``returned_episode`` statistics in its info.
-    A given ``env`` must hold ``num_envs`` environments.
+    A funrl id is made, wrapped per environment (``ClipAction`` for continuous actions, episode
+    statistics always) and batched with ``funrl.envs.vmap``; observation/reward normalisation
+    (when asked, or by default for continuous actions) wraps the batched view, so its running
+    mean/var is one set shared by the ``num_envs`` envs and updated with the whole batch each
+    step, as gymnasium's vector wrappers (CleanRL's and SB3's continuous PPO) do. A host
+    gymnasium env (``funrl.envs.from_gymnasium``, already batched) gets the same wrappers on its
+    batched view. Any other ready batched ``env`` is used as it is; it must report
+    ``returned_episode`` statistics in its info. A given ``env`` must hold ``num_envs`` environments.
     """
     if env is None:
         single, params = envs.make(env_id, **env_kwargs)
@@ -162,14 +165,31 @@ def make_batched_env(
             return env, params, isinstance(env.action_space(params), envs.Box)
         single = env  # already batched: the wrappers below see its whole batch
     continuous = isinstance(single.action_space(params), envs.Box)
-    if normalize_obs if normalize_obs is not None else continuous:
-        single = wrappers.NormalizeObservation(single)
     if continuous:
         single = wrappers.ClipAction(single)
-    single = wrappers.EpisodeStatistics(single)
+    single = wrappers.EpisodeStatistics(single)  # raw returns: inside the reward normalisation
+    batched = envs.vmap(single, num_envs) if env is None else single
+    if normalize_obs if normalize_obs is not None else continuous:
+        batched = wrappers.NormalizeObservation(batched)
     if normalize_reward if normalize_reward is not None else continuous:
-        single = wrappers.NormalizeReward(single, gamma=gamma)
-    return (envs.vmap(single, num_envs) if env is None else single), params, continuous
+        batched = wrappers.NormalizeReward(batched, gamma=gamma)
+    return batched, params, continuous
+
+
+def with_num_envs(benv: Any, num_envs: int) -> Any:
+    """The wrapper chain of ``benv`` around a fresh ``funrl.envs.vmap`` view of ``num_envs`` envs.
+
+    ``benv`` unchanged when it holds no funrl batched view (a host gymnasium env cannot be copied).
+    """
+    if isinstance(benv, envs.BatchedEnv):
+        return envs.vmap(benv.env, num_envs)
+    if isinstance(benv, wrappers.Wrapper):
+        inner = with_num_envs(benv.env, num_envs)
+        if inner is not benv.env:
+            resized = copy.copy(benv)  # wrappers hold only static options and their inner env
+            resized.env = inner
+            return resized
+    return benv
 
 
 def seed_keys(seed: int, num_seeds: int | None) -> torch.Tensor:
@@ -346,7 +366,7 @@ def evaluate(
             f"episodes: the agent's host gymnasium env runs its {host.num_envs} envs at once; "
             f"expected episodes={host.num_envs}, got {episodes}"
         )
-    eval_env = envs.vmap(benv.env, episodes) if isinstance(benv, envs.batched.BatchedEnv) else benv
+    eval_env = with_num_envs(benv, episodes)
     obs, env_state = eval_env.reset(key.to(agent.device), agent.env_params)
     limit = max_steps or getattr(agent.env_params, "max_steps_in_episode", 0) or 10_000
     returns = torch.zeros(episodes, dtype=torch.float32, device=agent.device)

@@ -10,7 +10,8 @@ Defaults follow PureJaxRL's ``ppo.py`` / CleanRL's ``ppo.py`` for CartPole: 4 en
 4 epochs of 4 minibatches, Adam (eps 1e-5) with a linearly annealed learning rate 2.5e-4,
 global-norm clipping 0.5, γ 0.99, λ 0.95, clip ε 0.2, entropy 0.01, value 0.5, orthogonal init
 with tanh 64x64 MLPs. Continuous actions use a state-independent log-std (CleanRL's
-``ppo_continuous_action.py``) and, by default, observation and reward normalisation wrappers.
+``ppo_continuous_action.py``) and, by default, observation and reward normalisation wrappers
+whose running statistics the whole env batch shares (gymnasium's vector wrappers, as CleanRL).
 
 Hyper-parameters marked sweepable (``learning_rate``, ``ent_coef``, ``clip_eps``, ``vf_coef``)
 live as tensors in the train state, so ``vmap`` over train states runs a sweep in one call.
@@ -123,7 +124,8 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         config: the static configuration.
         env: a batched environment (``funrl.envs.vmap(...)`` or ``funrl.envs.from_gymnasium``);
             by default ``config.env_id`` from funrl's registry, ``config.num_envs`` copies,
-            wrapped in ``EpisodeStatistics`` (and normalisation wrappers for continuous actions).
+            wrapped in ``EpisodeStatistics`` (and, for continuous actions, normalisation wrappers
+            on the batched view: one set of statistics for all envs).
         device: where params and env state live.
     """
     device = torch.device(device)
