@@ -1,11 +1,16 @@
 """Losses and value estimators: funrl against TorchRL, measured in the same run.
 
-GAE section (``--section gae``): ``funrl.losses.gae`` eager and ``torch.compile``-d, against
-TorchRL's ``generalized_advantage_estimate`` (a reverse Python loop) and
-``vec_generalized_advantage_estimate`` (a discount-filter product), at T=128 x N=4096 and
-T=1024 x N=64. The formulation rows time the recurrence alone (``x_t = a_t + b_t x_{t+1}``), to
-show why funrl's chunked scan was chosen over a one-level Hillis-Steele scan, a reverse Python
-loop, and a reverse loop through ``funrl.control.scan`` compiled.
+GAE section (``--section gae``): ``funrl.losses.gae`` eager and compiled with
+``funrl.control.compile`` (what funrl's agents and docs use), against TorchRL's
+``generalized_advantage_estimate`` (a reverse Python loop) and ``vec_generalized_advantage_estimate``
+(a discount-filter product), at T=128 x N=4096 and T=1024 x N=64. A "memory floor" row times
+``torch.clone`` of as many bytes as ``gae`` reads and writes (a lower bound for any
+implementation that touches its inputs and outputs once). Two ablation rows show what funrl's
+formulation buys: the previous one (TD errors and trace multipliers written to memory before the
+chunked scan) and the current one with the bool flags read by the compiled kernels directly. The
+formulation rows time the recurrence alone (``x_t = a_t + b_t x_{t+1}``): funrl's chunked scan,
+a one-level Hillis-Steele scan, a reverse Python loop, and a reverse loop through
+``funrl.control.scan`` compiled.
 
 Each figure is the median of ``--repeats`` timings, each the mean over enough calls to last
 ~50 ms; compile time is the wall time of the first call of the compiled function. On a shared,
@@ -14,8 +19,15 @@ counted, so the ratios stay meaningful when other jobs run). Inputs are float32 
 terminations and ~1% truncations; TorchRL gets its native layout (``[N, T, 1]``, time at -2),
 funrl its own (``[T, N]``); layout conversion is not timed.
 
-    python benchmarks/losses.py --device cpu --section gae
-    python benchmarks/losses.py --device cpu --threads 1 --clock cpu --section gae
+Before timing, the process allocates and frees one 16 MB buffer. glibc then serves the
+few-MB output tensors of every variant from its heap instead of fresh ``mmap`` pages: on this VM
+a first touch costs ~1 µs per 4 KB page, and without the warm-up whichever variant happens to
+run first pays ~0.5 ms per 2 MB output on top of its compute. Compile seconds are measured after
+one throw-away compile (inductor's one-time start-up is not charged to the first variant); run
+with an empty ``TORCHINDUCTOR_CACHE_DIR`` to get cold compile times.
+
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python benchmarks/losses.py --device cpu --section gae
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python benchmarks/losses.py --device cpu --threads 1 --clock cpu --section gae
 """
 
 from __future__ import annotations
@@ -29,9 +41,10 @@ from functools import partial
 
 import torch
 
+from funrl.control import compile as funrl_compile
 from funrl.control import scan
-from funrl.losses import gae
-from funrl.losses.returns import reverse_linear_recurrence, reverse_linear_recurrence_loop
+from funrl.losses import gae, returns
+from funrl.losses.returns import DEFAULT_BLOCK, reverse_linear_recurrence, reverse_linear_recurrence_loop
 
 SHAPES = ((128, 4096), (1024, 64))
 GAMMA, LMBDA = 0.99, 0.95
@@ -115,6 +128,53 @@ def scan_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return xs
 
 
+def gae_materialised(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lmbda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ablation: funrl's previous GAE formulation, TD errors and trace multipliers written out as
+    whole tensors (from the bool flags) and then handed to the chunked scan."""
+    deltas = rewards + gamma * (~terminated).to(rewards.dtype) * next_values - values
+    trace = gamma * lmbda * (~(terminated | truncated)).to(rewards.dtype)
+    advantages = reverse_linear_recurrence(deltas, trace)
+    return advantages, advantages + values
+
+
+def gae_bool_flags(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lmbda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ablation: ``funrl.losses.gae``'s fused chunked scan with the bool flags read by the
+    compiled kernels directly (no ``uint8`` copy)."""
+    dtype = rewards.dtype
+
+    def coefficients(rewards, values, next_values, terminated, truncated):
+        deltas = rewards + gamma * (~terminated).to(dtype) * next_values - values
+        return deltas, gamma * lmbda * (~(terminated | truncated)).to(dtype)
+
+    advantages = returns._solve(coefficients, (rewards, values, next_values, terminated, truncated))
+    return advantages, advantages + values
+
+
+def memory_floor(data: dict[str, torch.Tensor], outputs: int) -> Callable[[], torch.Tensor]:
+    """``torch.clone`` of half the bytes ``gae`` moves: it reads and writes that many, so it moves
+    ``inputs + outputs`` bytes in all, at this machine's copy bandwidth."""
+    moved = sum(x.numel() * x.element_size() for x in data.values())
+    moved += outputs * data["rewards"].numel() * data["rewards"].element_size()
+    source = torch.empty(moved // 2, dtype=torch.uint8, device=data["rewards"].device)
+    return source.clone
+
+
 def _gae_rows(length: int, envs: int, device: torch.device, repeats: int) -> list[tuple[str, ...]]:
     from torchrl.objectives.value.functional import (
         generalized_advantage_estimate,
@@ -141,21 +201,34 @@ def _gae_rows(length: int, envs: int, device: torch.device, repeats: int) -> lis
     for fn in (torchrl_loop, torchrl_vec):  # same numbers before timing anything
         torch.testing.assert_close(fn()[0].squeeze(-1).transpose(0, 1), expected, rtol=1e-4, atol=1e-4)
 
-    compiled = torch.compile(gae, fullgraph=True)
-    seconds = compile_seconds(lambda: compiled(*args), device)
-    torch.testing.assert_close(compiled(*args)[0], expected, rtol=1e-4, atol=1e-4)
-    timings = {
-        "funrl gae, compiled": (time_call(lambda: compiled(*args), device, repeats), f"{seconds:.1f}"),
-        "funrl gae, eager": (time_call(lambda: gae(*args), device, repeats), "-"),
-        "TorchRL generalized_advantage_estimate": (time_call(torchrl_loop, device, repeats), "-"),
-        "TorchRL vec_generalized_advantage_estimate": (time_call(torchrl_vec, device, repeats), "-"),
-    }
+    rows = {}
+    for name, fn in (
+        ("funrl gae, compiled", gae),
+        (
+            "ablation: TD errors and trace written out before the scan (previous gae), compiled",
+            gae_materialised,
+        ),
+        ("ablation: bool flags read in the kernels, compiled", gae_bool_flags),
+    ):
+        compiled = funrl_compile(fn)
+        seconds = compile_seconds(lambda compiled=compiled: compiled(*args), device)
+        for got, want in zip(compiled(*args), gae(*args), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        rows[name] = (time_call(lambda compiled=compiled: compiled(*args), device, repeats), f"{seconds:.1f}")
+        if fn is gae:
+            rows["funrl gae, eager"] = (time_call(lambda: gae(*args), device, repeats), "-")
+    rows["TorchRL generalized_advantage_estimate"] = (time_call(torchrl_loop, device, repeats), "-")
+    rows["TorchRL vec_generalized_advantage_estimate"] = (time_call(torchrl_vec, device, repeats), "-")
+    rows["memory floor: torch.clone of the bytes gae reads + writes"] = (
+        time_call(memory_floor(d, outputs=2), device, repeats),
+        "-",
+    )
     peer = min(
-        timings["TorchRL generalized_advantage_estimate"][0],
-        timings["TorchRL vec_generalized_advantage_estimate"][0],
+        rows["TorchRL generalized_advantage_estimate"][0],
+        rows["TorchRL vec_generalized_advantage_estimate"][0],
     )
     return [
-        (shape, name, f"{sec * 1e3:.3f}", comp, f"{peer / sec:.1f}x") for name, (sec, comp) in timings.items()
+        (shape, name, f"{sec * 1e3:.3f}", comp, f"{peer / sec:.1f}x") for name, (sec, comp) in rows.items()
     ]
 
 
@@ -166,13 +239,13 @@ def _formulation_rows(length: int, envs: int, device: torch.device, repeats: int
     b = GAMMA * LMBDA * (~(d["terminated"] | d["truncated"])).float()
     ref = reverse_linear_recurrence_loop(a, b)
     variants: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-        "recurrence: chunked scan, blocks of 16 (funrl)": reverse_linear_recurrence,
+        f"recurrence: chunked scan, blocks of {DEFAULT_BLOCK} (funrl)": reverse_linear_recurrence,
         "recurrence: one-level Hillis-Steele scan": hillis_steele_recurrence,
         "recurrence: funrl.control.scan reverse loop": scan_recurrence,
     }
     rows = []
     for name, fn in variants.items():
-        compiled = torch.compile(fn, fullgraph=True)
+        compiled = funrl_compile(fn)
         seconds = compile_seconds(partial(compiled, a, b), device)
         torch.testing.assert_close(compiled(a, b), ref, rtol=1e-4, atol=1e-4)
         sec = time_call(partial(compiled, a, b), device, repeats)
@@ -185,7 +258,15 @@ def _formulation_rows(length: int, envs: int, device: torch.device, repeats: int
     return rows
 
 
+def warm_up(device: torch.device) -> None:
+    """Put glibc's allocator and inductor in the state a long-running process has (module doc)."""
+    torch.empty(16 << 20, dtype=torch.uint8).fill_(0)
+    x = torch.ones(8, device=device)
+    funrl_compile(lambda x: x * 2 + 1)(x)
+
+
 def bench_gae(device: torch.device, repeats: int, formulations: bool) -> list[tuple[str, ...]]:
+    warm_up(device)
     rows = []
     for length, envs in SHAPES:
         rows += _gae_rows(length, envs, device, repeats)

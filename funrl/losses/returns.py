@@ -36,6 +36,9 @@ T=1024 x N=64.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 
 from funrl.losses._checks import (
@@ -67,25 +70,101 @@ Scalar = float | torch.Tensor
 # The recurrence x_t = a_t + b_t x_{t+1}
 # --------------------------------------------------------------------------------------------
 
+Coefficients = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+"""``coefficients(*inputs_at_t) -> (a_t, b_t)``: elementwise, so it works on any slab of time steps."""
 
-def _compose_sequential(a: torch.Tensor, b: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+DEFAULT_BLOCK = 8
+
+
+def _identity(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return a, b
+
+
+def _steps(inputs: Sequence[Any], dim: int, index: int) -> list[Any]:
+    """Each time-varying input (a tensor) at ``index`` along ``dim``; anything else as it is."""
+    return [x.select(dim, index) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _block_maps(
+    coefficients: Coefficients, inputs: Sequence[Any], dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Compose the maps ``x -> a_t + b_t x`` backwards along a short static ``dim``.
 
-    Returns ``(A, P)`` with ``A_t = a_t + b_t A_{t+1}`` (``A`` past the end is 0) and
-    ``P_t = b_t P_{t+1}`` (``P`` past the end is 1): step ``t``'s map to the end of ``dim``.
-    The loop is unrolled over ``dim`` but each step works on every other index at once.
+    Returns ``(A, P)``, the map from the first step of ``dim`` to the end of it:
+    ``x_first = A + P x_end`` with ``A = a_0 + b_0 (a_1 + b_1 (...))`` and ``P = b_0 b_1 ...``.
     """
-    length = a.shape[dim]
-    offsets = [a.select(dim, length - 1)]
-    products = [b.select(dim, length - 1)]
+    length = inputs[0].shape[dim]
+    offset, product = coefficients(*_steps(inputs, dim, length - 1))
     for t in range(length - 2, -1, -1):
-        a_t, b_t = a.select(dim, t), b.select(dim, t)
-        offsets.append(torch.addcmul(a_t, b_t, offsets[-1]))
-        products.append(b_t * products[-1])
-    return torch.stack(offsets[::-1], dim), torch.stack(products[::-1], dim)
+        a, b = coefficients(*_steps(inputs, dim, t))
+        offset, product = a + b * offset, b * product
+    return offset, product
 
 
-def reverse_linear_recurrence(a: torch.Tensor, b: torch.Tensor, block: int = 16) -> torch.Tensor:
+def _sweep(
+    coefficients: Coefficients, inputs: Sequence[Any], dim: int, carry: torch.Tensor | None
+) -> torch.Tensor:
+    """Every ``x_t`` along a short static ``dim``, from ``carry`` (``x`` just past the end, or 0)."""
+    length = inputs[0].shape[dim]
+    xs = [None] * length
+    for t in range(length - 1, -1, -1):
+        a, b = coefficients(*_steps(inputs, dim, t))
+        carry = a if carry is None else a + b * carry
+        xs[t] = carry
+    return torch.stack(xs, dim)
+
+
+def _solve_backwards(coefficients: Coefficients, inputs: Sequence[Any], block: int) -> torch.Tensor:
+    """``x_t = a_t + b_t x_{t+1}``, ``x_T = 0``, with ``(a_t, b_t) = coefficients(*inputs[t])``.
+
+    ``inputs[0]`` is a ``[T, ...]`` tensor; every other tensor input is ``[T, ...]`` too and is
+    sliced along time with it; non-tensors (Python numbers) pass through. The three passes of the
+    chunked scan (see :func:`reverse_linear_recurrence`) each call ``coefficients`` on slabs of
+    the raw inputs, so under ``torch.compile`` the per-step arithmetic (TD errors, flag
+    multipliers) is inlined into the block kernels instead of being written to memory first.
+    """
+    length = inputs[0].shape[0]
+    if length <= block:
+        return _sweep(coefficients, inputs, 0, None)
+    head, blocks = length % block, length // block
+    # Blocks end at T - 1; the first ``head`` steps (T % block of them) are swept last.
+    body = [
+        x[head:].reshape(blocks, block, *x.shape[1:]) if isinstance(x, torch.Tensor) else x for x in inputs
+    ]
+    offsets, products = _block_maps(coefficients, body, 1)
+    starts = _solve_backwards(_identity, (offsets, products), block)
+    next_starts = torch.cat([starts[1:], torch.zeros_like(starts[:1])])
+    x_body = _sweep(coefficients, body, 1, next_starts).flatten(0, 1)
+    if not head:
+        return x_body
+    x_head = _sweep(
+        coefficients, [x[:head] if isinstance(x, torch.Tensor) else x for x in inputs], 0, starts[0]
+    )
+    return torch.cat([x_head, x_body])
+
+
+def _solve(coefficients: Coefficients, inputs: Sequence[Any], block: int = DEFAULT_BLOCK) -> torch.Tensor:
+    """:func:`_solve_backwards`, fused under ``torch.compile``; eagerly ``a`` and ``b`` come first.
+
+    Eagerly every operation is a kernel launch, so computing ``(a, b)`` once over all of ``[T, ...]``
+    (a handful of wide operations) beats recomputing them inside the two block passes; compiled,
+    the opposite holds, since inductor inlines the recomputation into the block kernels and
+    never writes ``a`` or ``b`` to memory.
+    """
+    if not torch.compiler.is_compiling():
+        a, b = coefficients(*inputs)
+        return _solve_backwards(_identity, (a, b), block)
+    return _solve_backwards(coefficients, inputs, block)
+
+
+def _time_varying(x: Scalar, ref: torch.Tensor) -> Scalar:
+    """A hyper-parameter with a time dim (same ``dim`` as the data) is sliced with the data."""
+    if isinstance(x, torch.Tensor) and x.dim() == ref.dim():
+        return x.expand_as(ref)
+    return x
+
+
+def reverse_linear_recurrence(a: torch.Tensor, b: torch.Tensor, block: int = DEFAULT_BLOCK) -> torch.Tensor:
     """Solve ``x_t = a_t + b_t * x_{t+1}`` backwards along dim 0 with ``x_T = 0``.
 
     Args:
@@ -96,31 +175,19 @@ def reverse_linear_recurrence(a: torch.Tensor, b: torch.Tensor, block: int = 16)
     Returns:
         ``x``: ``[T, ...]``.
 
-    A chunked scan: time is cut into ``ceil(T / block)`` blocks (the tail zero-padded:
-    ``a = b = 0`` there keeps ``x_T = 0``). One ``block``-step reverse loop, run on all blocks at
-    once, gives every step its affine map to the end of its block, ``x_t = A_t + P_t x_end``; the
-    values at block starts obey the same recurrence, ``block`` times shorter, solved
-    recursively; one fused multiply-add finishes every step. That is ``O(T)`` work in about
-    ``block * log_block(T)`` sequential steps, each over ``T / block`` times more data than a
-    plain reverse loop's — few kernel launches eager, a small graph compiled.
+    A chunked scan in three passes. Time is cut into blocks of ``block`` steps that end at
+    ``T - 1`` (the first ``T % block`` steps form a short head). (1) One ``block``-step reverse
+    loop, run on all blocks at once, composes each block's affine map, ``x_start = A + P x_end``.
+    (2) The values at block starts obey the same recurrence, ``block`` times shorter, solved
+    recursively. (3) A second ``block``-step loop over all blocks at once, started from the next
+    block's start value, gives every ``x_t``; the head is swept last. That is ``O(T)`` work in
+    about ``2 * block * log_block(T)`` sequential steps, each over ``T / block`` times more data
+    than a plain reverse loop's: few kernel launches eagerly, a small graph compiled, and no
+    padding copy.
     """
     if isinstance(block, bool) or not isinstance(block, int) or block < 2:
         raise ValueError(f"block: expected an int >= 2, got {block!r}")
-    length = a.shape[0]
-    if length <= block:
-        return _compose_sequential(a, b, 0)[0]
-    pad = (-length) % block
-    if pad:
-        zeros = a.new_zeros((pad, *a.shape[1:]))
-        a, b = torch.cat([a, zeros]), torch.cat([b, zeros])
-    blocks = a.shape[0] // block
-    a_in, b_in = _compose_sequential(
-        a.reshape(blocks, block, *a.shape[1:]), b.reshape(blocks, block, *b.shape[1:]), 1
-    )
-    starts = reverse_linear_recurrence(a_in[:, 0], b_in[:, 0], block)
-    next_starts = torch.cat([starts[1:], torch.zeros_like(starts[:1])]).unsqueeze(1)
-    x = torch.addcmul(a_in, b_in, next_starts)
-    return x.reshape(blocks * block, *a.shape[1:])[:length]
+    return _solve_backwards(_identity, (a, b), block)
 
 
 def reverse_linear_recurrence_loop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -158,8 +225,41 @@ def _check_rate(name: str, value: Scalar, ref_name: str, ref: torch.Tensor) -> N
     check_scalar_or_broadcastable(name, value, ref_name, ref)
 
 
+@torch.library.custom_op("funrl::flags_as_uint8", mutates_args=())
+def _flags_as_uint8(flags: torch.Tensor) -> torch.Tensor:
+    """A ``torch.uint8`` copy of a bool tensor, opaque to inductor (see :func:`_kernel_flags`)."""
+    return flags.to(torch.uint8)
+
+
+@_flags_as_uint8.register_fake
+def _(flags: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(flags, dtype=torch.uint8)
+
+
+@_flags_as_uint8.register_vmap
+def _(info: Any, in_dims: tuple[int | None], flags: torch.Tensor) -> tuple[torch.Tensor, int | None]:
+    return _flags_as_uint8(flags), in_dims[0]
+
+
+def _kernel_flags(flags: torch.Tensor) -> torch.Tensor:
+    """Episode flags as compiled CPU kernels read them fastest: ``uint8`` 0/1 instead of bool.
+
+    Inductor's C++ backend loads every bool tensor through a per-element mask conversion
+    (``VecMask::from``), measured here at ~0.35 ms per 2 MB-of-float32-sized flag array, more
+    than the rest of a fused GAE pass; ``uint8`` loads are plain vector loads. The conversion
+    is a custom op (a 1-byte copy in ATen) because inductor lowers any in-graph
+    ``to``/``view(torch.uint8)`` back onto the bool load. Eagerly, and on other devices, the
+    flags stay bool. Every use below reads flags only through ``|`` and :func:`_not`, which treat
+    both alike.
+    """
+    if torch.compiler.is_compiling() and flags.device.type == "cpu":
+        return _flags_as_uint8(flags)
+    return flags
+
+
 def _not(flag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (~flag).to(dtype)
+    """``1 - flag`` as ``dtype``, for bool or 0/1 ``uint8`` flags."""
+    return 1.0 - flag.to(dtype)
 
 
 def _not_cut(done: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -330,9 +430,13 @@ def gae(
     _check_rate("gamma", gamma, "rewards", rewards)
     _check_rate("lmbda", lmbda, "rewards", rewards)
     dtype = rewards.dtype
-    deltas = rewards + gamma * _not(terminated, dtype) * next_values - values
-    trace = gamma * lmbda * _not(terminated | truncated, dtype)
-    advantages = reverse_linear_recurrence(deltas, trace)
+
+    def coefficients(rewards, values, next_values, terminated, truncated, gamma, lmbda):
+        deltas = rewards + gamma * _not(terminated, dtype) * next_values - values
+        return deltas, gamma * lmbda * _not(terminated | truncated, dtype)
+
+    inputs = (rewards, values, next_values, _kernel_flags(terminated), _kernel_flags(truncated))
+    advantages = _solve(coefficients, (*inputs, _time_varying(gamma, rewards), _time_varying(lmbda, rewards)))
     return advantages, advantages + values
 
 
