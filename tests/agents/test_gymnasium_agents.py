@@ -6,6 +6,7 @@ A host env is one set of ``num_envs`` stateful gymnasium envs: it trains one see
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,25 @@ def test_ppo_on_gymnasium_cartpole_has_funrl_cartpoles_shapes_and_metrics() -> N
 
     assert layout(state_h) == layout(state_p)
     assert state_h.obs.shape == (NUM_ENVS, 4) and state_h.obs.dtype == torch.float32
+
+
+def wrapper_chain(env: Any) -> list[str]:
+    """The wrapper types from the outside in, down to the base env (the vmap view not counted)."""
+    chain = []
+    while hasattr(env, "env") and not isinstance(env, HostEnvironment):
+        if not isinstance(env, envs.BatchedEnv):
+            chain.append(type(env).__name__)
+        env = env.env
+    return chain
+
+
+@pytest.mark.parametrize("case", ["ppo-CartPole", "ppo-Pendulum", "dqn-CartPole", "sac-Pendulum"])
+def test_host_env_gets_the_wrappers_a_funrl_id_gets(case: str) -> None:
+    make_train, config, env_id = CASES[case]
+    agent, _ = host_agent(case)
+    pure = make_train(dataclasses.replace(config, env_id=env_id))
+    assert wrapper_chain(agent.env) == wrapper_chain(pure.env)
+    assert "EpisodeStatistics" in wrapper_chain(agent.env)
 
 
 def test_first_observation_is_gymnasiums_reset_of_the_keys_seed() -> None:
