@@ -9,6 +9,14 @@ factory, or a ready vector env) behind funrl's ``reset``/``step`` signature, ret
 torch tensors, so funrl's agents and wrappers can run on it eagerly. It is **not pure**: the
 gymnasium envs live on the host and change on every call. Its "state" is an opaque handle that
 only checks it is the latest one, and it refuses to run under ``torch.compile`` or ``vmap``.
+
+Training an agent on one (the agents add their wrappers, as for a funrl id)::
+
+    env, _ = from_gymnasium("Hopper-v5", config.num_envs)  # any registered id
+    agent = funrl.agents.ppo.make_train(config, env=env)
+    state, metrics = funrl.agents.common.train(agent, funrl.random.key(0), compile=False)
+
+One key per agent: several seeds need several agents, each with its own host env.
 """
 
 from __future__ import annotations
