@@ -3,7 +3,8 @@
 Donation rule (all buffers)
 ---------------------------
 ``add`` writes the new items into the storage tensors of the state it is given, in place (an
-``index_put_`` over the written rows only, so its cost is O(batch), not O(capacity)), and returns
+``index_put_`` over the written rows when traced, slice copies in eager mode: O(batch), not
+O(capacity)), and returns
 the state to use from then on. The storage is shared by every state derived from the same
 ``init``, so an older state would see rows it does not account for. To make that loud rather than
 silent, each state carries ``count`` (items written so far, a fresh scalar per state) and
@@ -19,6 +20,8 @@ Shared cells are shape ``[1]``, not 0-d: torch 2.13's inductor drops an in-place
 
 from __future__ import annotations
 
+import math
+import mmap
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -75,13 +78,49 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
     """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter."""
     if in_transform():
         return
-    # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1].
-    if not bool((count.unsqueeze(-1) == storage_count).all()):
+    # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1]. One buffer:
+    # two scalar reads, no kernels (this runs on every eager add and sample).
+    if count.dim() == 0:
+        fresh = count.item() == storage_count.item()
+    else:
+        fresh = bool((count.unsqueeze(-1) == storage_count).all())
+    if not fresh:
         raise StaleStateError(
             f"{fn}: state is stale: it accounts for {count.tolist()} items written but its storage has "
             f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from then on "
             "(use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
         )
+
+
+HUGE_PAGE_BYTES = 2 << 20
+"""Transparent huge page size on x86-64 and arm64 Linux; storages at least this large get them."""
+
+
+def storage_zeros(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """A zero-filled storage tensor; large CPU storages are backed by transparent huge pages.
+
+    A sample gathers rows at random from the whole storage. With 4 KiB pages the TLB maps a few
+    MiB, so at 1e7 items (1.7 GB) nearly every gathered row also pays a page-table walk; with
+    2 MiB pages a few thousand TLB entries map it all. Linux hands out huge pages only to regions that ask
+    (``transparent_hugepage=madvise`` is a common default), and torch's allocator asks only when
+    the process starts with ``THP_MEM_ALLOC_ENABLE=1``. So CPU storages of at least
+    :data:`HUGE_PAGE_BYTES` are an anonymous private mapping, aligned to a huge page and
+    ``madvise(MADV_HUGEPAGE)``-d, wrapped without a copy by ``torch.frombuffer`` (the tensor keeps
+    the mapping alive). Anonymous memory is zero and committed page by page on first write, like
+    ``torch.zeros``. Elsewhere (CUDA, small storages, systems without ``MADV_HUGEPAGE``) this is
+    ``torch.zeros``.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    numel = math.prod(shape)
+    nbytes = numel * dtype.itemsize
+    if device.type != "cpu" or nbytes < HUGE_PAGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return torch.zeros(shape, dtype=dtype, device=device)
+    region = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.madvise(mmap.MADV_HUGEPAGE)
+    offset = -torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr() % HUGE_PAGE_BYTES
+    return torch.frombuffer(region, dtype=dtype, count=numel, offset=offset).view(shape)
 
 
 def path_str(path: tuple[Any, ...]) -> str:
@@ -112,6 +151,14 @@ def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
     leaves. Static checks only (shapes, dtypes), so they are free under ``torch.compile``; leaf
     paths are worked out only to word an error.
     """
+    return check_batch_leaves(batch, storage, batch_ndim, name)[0]
+
+
+def check_batch_leaves(
+    batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
+) -> tuple[tuple[int, ...], list[torch.Tensor], list[torch.Tensor]]:
+    """:func:`check_batch`, also returning the flat ``(batch_dims, storage_leaves, batch_leaves)``
+    (flattening a small dict costs about as much as a tensor op in eager mode: do it once)."""
     s_leaves, s_spec = optree.tree_flatten(storage, none_is_leaf=False, namespace=_NAMESPACE)
     b_leaves, b_spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
     if b_spec != s_spec:
@@ -123,21 +170,21 @@ def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
             f"{name}: expected the tree structure given to init, {s_spec}, got {b_spec} "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
-    dims = None
+    first = b_leaves[0]
+    dims = tuple(first.shape[:batch_ndim]) if isinstance(first, torch.Tensor) else ()
+    if len(dims) != batch_ndim:
+        _raise_bad_leaf(0, first, s_leaves[0], s_leaves, b_leaves, storage, batch_ndim, name)
+    # One shape comparison per leaf covers rank, batch dims and item shape (this loop runs on
+    # every eager add, where each Python attribute access counts).
     for i, (leaf, stored) in enumerate(zip(b_leaves, s_leaves, strict=True)):
         if (
             not isinstance(leaf, torch.Tensor)
-            or leaf.dtype != stored.dtype
-            or leaf.shape[batch_ndim:] != stored.shape[batch_ndim:]
-            or leaf.dim() != stored.dim()
+            or leaf.dtype is not stored.dtype
+            or leaf.shape != dims + stored.shape[batch_ndim:]
             or leaf.device != stored.device
-            or (dims is not None and leaf.shape[:batch_ndim] != dims)
         ):
             _raise_bad_leaf(i, leaf, stored, s_leaves, b_leaves, storage, batch_ndim, name)
-        if dims is None:
-            dims = leaf.shape[:batch_ndim]
-    assert dims is not None
-    return tuple(dims)
+    return dims, s_leaves, b_leaves
 
 
 def _raise_bad_leaf(
@@ -188,6 +235,23 @@ def tree_map(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
 def write_rows(storage: Tree, index: tuple[torch.Tensor, ...], batch: Tree) -> None:
     """``storage[index] = batch`` leaf-wise, in place (``index_put_``: has a vmap batching rule)."""
     tree_map(lambda s, b: s.index_put_(index, b), storage, batch)
+
+
+def write_ring_slices(stored: list[torch.Tensor], head: int, new: list[torch.Tensor]) -> None:
+    """Eager twin of ``write_rows`` for one circular storage, on flat leaf lists: rows ``head,
+    head + 1, ...`` wrapping at the capacity (``new`` no longer than the storage).
+
+    Eager only (``head`` is a Python int read from the state). Slice copies need no index tensor
+    and no scatter, so an eager ``add`` costs about what a hand-written ring buffer does.
+    """
+    length = new[0].shape[0]
+    first = min(length, stored[0].shape[0] - head)
+    for s, b in zip(stored, new, strict=True):
+        if first == length:
+            s[head : head + length].copy_(b)
+        else:  # wraps: the rest goes to the front
+            s[head:].copy_(b[:first])
+            s[: length - first].copy_(b[first:])
 
 
 def gather_rows(storage: Tree, index: tuple[torch.Tensor, ...]) -> Tree:

@@ -16,7 +16,7 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
-    check_batch,
+    check_batch_leaves,
     check_batch_size,
     check_capacity,
     check_example,
@@ -24,8 +24,9 @@ from funrl.buffers._core import (
     flatten_with_path,
     gather_rows,
     in_transform,
+    storage_zeros,
     tree_map,
-    write_rows,
+    write_ring_slices,
 )
 
 __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
@@ -56,35 +57,53 @@ class FlatConfig:
 def _init(config: FlatConfig, example_item: Any) -> FlatState:
     check_example(example_item)
     experience = tree_map(
-        lambda x: torch.zeros((config.capacity, *x.shape), dtype=x.dtype, device=x.device), example_item
+        lambda x: storage_zeros((config.capacity, *x.shape), x.dtype, x.device), example_item
     )
     leaf = flatten_with_path(experience)[1][0]
     zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
     return FlatState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
 
 
-def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check ``batch`` and write it at the head in place; returns ``(new_count, rows_written)``."""
-    (batch_size,) = check_batch(batch, state.experience, batch_ndim=1)
+def ring_rows(start: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
+    """Rows ``(start + i) % capacity`` for ``i < length <= capacity``; int64 ``[length]``.
+
+    One scalar remainder, then a compare-and-subtract per row: inductor fuses the row computation
+    into every leaf's write loop, and an int64 division per element made the compiled add's kernel
+    several times slower than the copy itself.
+    """
+    rows = torch.remainder(start, capacity) + torch.arange(length, device=start.device)
+    return torch.where(rows >= capacity, rows - capacity, rows)
+
+
+def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Check ``batch`` and write it at the head in place; returns ``(new_count, start, written)``.
+
+    The last ``written = min(B, capacity)`` items of the batch land in rows
+    ``ring_rows(start, written, capacity)``. Traced (compile, vmap) the write is one
+    ``index_put_`` per leaf; eager on one buffer, the head is read once (the stale-state check
+    reads the counters anyway) and each leaf gets at most two slice copies, with no index tensor.
+    """
+    (batch_size,), stored, new = check_batch_leaves(batch, state.experience, batch_ndim=1)
     check_fresh(state.count, state.storage_count, "add")
-    if batch_size > capacity:
-        # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
-        skipped = batch_size - capacity
-        batch = tree_map(lambda x: x[skipped:], batch)
-        start = state.count + skipped
-        written = capacity
+    # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
+    skipped = max(0, batch_size - capacity)
+    if skipped:
+        new = [x[skipped:] for x in new]
+    start = state.count + skipped if skipped else state.count
+    written = batch_size - skipped
+    if in_transform() or state.count.dim() != 0:
+        rows = ring_rows(start, written, capacity)
+        for s, b in zip(stored, new, strict=True):
+            s.index_put_((rows,), b)
     else:
-        start = state.count
-        written = batch_size
-    rows = torch.remainder(start + torch.arange(written, device=state.count.device), capacity)
-    write_rows(state.experience, (rows,), batch)
+        write_ring_slices(stored, (state.count.item() + skipped) % capacity, new)
     new_count = state.count + batch_size
     state.storage_count.copy_(new_count)
-    return new_count, rows
+    return new_count, start, written
 
 
 def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
-    new_count, _ = write_items(config.capacity, state, batch)
+    new_count, _, _ = write_items(config.capacity, state, batch)
     return state._replace(count=new_count)
 
 

@@ -32,9 +32,10 @@ from funrl.buffers._core import (
     check_fresh,
     flatten_with_path,
     in_transform,
+    storage_zeros,
     tree_map,
 )
-from funrl.buffers.flat_buffer import write_items
+from funrl.buffers.flat_buffer import ring_rows, write_items
 from funrl.buffers.trajectory_buffer import (
     TrajectoryConfig,
     check_can_sample,
@@ -165,14 +166,13 @@ def prioritised(
 
     def init(example_item: Any) -> PrioritisedState:
         tree, max_priority = _new_priority_fields(example_item, capacity)
-        experience = tree_map(
-            lambda x: torch.zeros((capacity, *x.shape), dtype=x.dtype, device=x.device), example_item
-        )
+        experience = tree_map(lambda x: storage_zeros((capacity, *x.shape), x.dtype, x.device), example_item)
         zero = torch.zeros((), dtype=torch.int64, device=tree.device)
         return PrioritisedState(experience, zero.clone(), zero.reshape(1).clone(), tree, max_priority)
 
     def add(state: PrioritisedState, batch: Any) -> PrioritisedState:
-        new_count, rows = write_items(capacity, state, batch)
+        new_count, start, written = write_items(capacity, state, batch)
+        rows = ring_rows(start, written, capacity)
         new_values = state.max_priority.expand(rows.shape)
         _set_priorities(state, rows, new_values, torch.ones_like(rows, dtype=torch.bool), config.alpha)
         return state._replace(count=new_count)

@@ -27,6 +27,7 @@ from funrl.buffers._core import (
     check_fresh,
     flatten_with_path,
     in_transform,
+    storage_zeros,
     tree_map,
     write_rows,
 )
@@ -75,7 +76,7 @@ def check_trajectory_config(config: TrajectoryConfig) -> None:
 def init_trajectory(config: TrajectoryConfig, example_item: Any) -> TrajectoryState:
     check_example(example_item)
     experience = tree_map(
-        lambda x: torch.zeros((config.num_envs, config.max_length, *x.shape), dtype=x.dtype, device=x.device),
+        lambda x: storage_zeros((config.num_envs, config.max_length, *x.shape), x.dtype, x.device),
         example_item,
     )
     leaf = flatten_with_path(experience)[1][0]

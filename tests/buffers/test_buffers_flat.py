@@ -9,6 +9,8 @@ from torch.func import vmap
 import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
+from funrl.buffers._core import HUGE_PAGE_BYTES, storage_zeros, write_ring_slices
+from funrl.buffers.flat_buffer import ring_rows
 
 
 def example_item():
@@ -148,6 +150,8 @@ def test_sampling_before_min_length_is_a_clear_error():
         ),
         ({**make_batch(0, 2), "obs": torch.zeros(2, 4)}, r"leaf item\['obs'\] expected shape"),
         ({**make_batch(0, 2), "obs": torch.zeros(3)}, r"leaf item\['obs'\] expected shape"),
+        # the first leaf in tree order (keys sorted) sets the batch dims: it must have one
+        ({**make_batch(0, 2), "action": torch.tensor(3)}, r"leaf item\['action'\] expected shape"),
         (
             {**make_batch(0, 2), "action": torch.zeros(3, dtype=torch.int64)},
             r"leaf item\['done'\] has leading batch dims \[2\] but leaf item\['action'\] has \[3\]",
@@ -213,3 +217,69 @@ def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
         assert tree.tree_equal(mine_sample, eager_sample)
     with pytest.raises(fb.StaleStateError):  # the compiled add advanced the shared counter
         buf.add(fb.FlatState(mine.experience, mine.count - 4, mine.storage_count), make_batch(0, 4))
+
+
+@given(
+    capacity=st.integers(1, 30),
+    head=st.integers(0, 29),
+    length=st.integers(0, 30),
+    count=st.integers(0, 10**12),
+)
+def test_eager_slice_writes_equal_the_traced_index_writes(capacity, head, length, count):
+    # eager add writes slices at a Python-int head; traced add (compile, vmap) writes rows
+    # ring_rows(count, ...) with index_put_: both must put every item in the same row
+    head, length = head % capacity, min(length, capacity)
+    stored = [torch.zeros(capacity, 2), torch.zeros(capacity, dtype=torch.int64)]
+    new = [torch.randn(length, 2), torch.arange(1, length + 1)]
+    write_ring_slices(stored, head, new)
+    indexed = [torch.zeros(capacity, 2), torch.zeros(capacity, dtype=torch.int64)]
+    rows = ring_rows(torch.tensor(head), length, capacity)
+    for s, b in zip(indexed, new, strict=True):
+        s.index_put_((rows,), b)
+    assert all(torch.equal(a, b) for a, b in zip(stored, indexed, strict=True))
+    assert torch.equal(rows, (head + torch.arange(length)) % capacity)
+    big = torch.tensor(count)  # the head is reduced once, whatever the count
+    assert torch.equal(ring_rows(big, length, capacity), (count + torch.arange(length)) % capacity)
+
+
+def _vma_flags(address: int) -> dict[str, str]:
+    """The /proc/self/smaps fields of the mapping that holds ``address``."""
+    fields: dict[str, str] = {}
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= address < end
+            elif inside:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+    return fields
+
+
+def test_large_cpu_storages_ask_for_transparent_huge_pages():
+    small = storage_zeros((1000, 3), torch.float32)
+    assert torch.equal(small, torch.zeros(1000, 3))
+    shape = (HUGE_PAGE_BYTES // 4 + 17, 2)  # a bit over two huge pages of float32
+    big = storage_zeros(shape, torch.float32)
+    assert big.shape == shape and big.dtype == torch.float32 and big.is_contiguous()
+    assert big.data_ptr() % HUGE_PAGE_BYTES == 0
+    assert not bool(big.any())
+    big[-1] = 5.0  # writable to the last row, and the tensor keeps its mapping alive
+    assert float(big.sum()) == 10.0
+    flags = storage_zeros((HUGE_PAGE_BYTES,), torch.bool)
+    assert flags.dtype == torch.bool and not bool(flags.any())
+    buf = fb.flat(HUGE_PAGE_BYTES // 12 + 1)  # obs rows of 12 bytes: just over 2 MiB
+    storage = buf.init(example_item()).experience["obs"]
+    assert storage.data_ptr() % HUGE_PAGE_BYTES == 0
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        pytest.skip("no transparent huge page support on this system")
+    if "[never]" in mode:
+        pytest.skip("transparent huge pages are disabled on this system")
+    # madvise(MADV_HUGEPAGE) marks the mapping eligible (what `madvise` mode requires)
+    assert _vma_flags(big.data_ptr()).get("THPeligible") == "1"
+    assert _vma_flags(storage.data_ptr()).get("THPeligible") == "1"
