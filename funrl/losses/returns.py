@@ -21,17 +21,27 @@ Formulation. TD(λ), GAE, discounted returns, V-trace and Retrace are all one fi
 recurrence run backwards in time, ``x_t = a_t + b_t * x_{t+1}`` with ``x_T = 0``. A reverse
 Python loop over ``T`` is slow in eager (one kernel launch per step) and, unrolled, long to
 compile at ``T = 512``; a log-depth (Hillis-Steele) scan does ``O(T log T)`` work. Affine maps
-``x -> a + b x`` compose associatively, so :func:`reverse_linear_recurrence` runs a chunked scan:
-a 16-step reverse loop over all blocks of 16 steps at once, the same recurrence over the block
-starts (16x shorter, recursively), and one fused multiply-add. That is ``O(T)`` work in few,
-wide steps. It is exact-ish: it only multiplies and adds, never divides, so products of
-``gamma * lambda * (1 - done)`` can only underflow towards their true (tiny) value — unlike a
+``x -> a + b x`` compose associatively, so :func:`reverse_linear_recurrence` runs a chunked scan
+in three passes: an 8-step reverse loop over all blocks of 8 steps at once composes each block's
+map, the same recurrence solves the block starts (8x shorter, recursively), and a second 8-step
+loop over all blocks fills in every step from the next block's start. That is ``O(T)`` work in
+few, wide steps. It only multiplies and adds, never divides, so products of
+``gamma * lambda * (1 - done)`` can only underflow towards their true (tiny) value, unlike a
 cumulative-product-and-divide or a discount matrix built from ``exp(cumsum(log b))``, which give
 ``inf/inf`` or ``0/0`` after a ``done``; a discount-matrix product also costs ``O(T^2)``.
-``benchmarks/losses.py`` measures this choice against a one-level Hillis-Steele scan, the plain
-reverse loop (eager, and through ``funrl.control.scan`` compiled) and TorchRL (BENCHMARKS.md,
-"Losses and value estimators"): compiled, it is the fastest at both T=128 x N=4096 and
-T=1024 x N=64.
+
+Compiled, the recurrence is cheap and memory traffic is the cost (at T=128 x N=4096 every
+``[T, N]`` float32 array is 2 MB), so :func:`gae` does not build ``a`` and ``b`` first: it hands
+the scan a function that computes them from the raw inputs, and the two block passes recompute
+them in registers. Inductor then emits one kernel per pass that reads rewards, values, next
+values and flags once each and writes advantages and returns (``values`` added in the same
+pass), instead of writing TD errors and trace multipliers out and reading them back. Eagerly the
+opposite holds (every operation is a kernel launch), so eager calls compute ``a`` and ``b`` in a
+few wide operations first. Compiled on the CPU, flags reach the kernels as ``uint8``
+(:func:`_kernel_flags`): inductor's C++ code loads bool tensors element by element.
+``benchmarks/losses.py`` measures these choices against the previous formulation, a one-level
+Hillis-Steele scan, the plain reverse loop (eager, and through ``funrl.control.scan`` compiled)
+and TorchRL (BENCHMARKS.md, "GAE").
 """
 
 from __future__ import annotations
@@ -101,49 +111,73 @@ def _block_maps(
     return offset, product
 
 
+Readout = Callable[..., torch.Tensor]
+"""``readout(x_t, *inputs_at_t) -> y_t``: an elementwise second output, computed where ``x_t`` is."""
+
+
 def _sweep(
-    coefficients: Coefficients, inputs: Sequence[Any], dim: int, carry: torch.Tensor | None
-) -> torch.Tensor:
-    """Every ``x_t`` along a short static ``dim``, from ``carry`` (``x`` just past the end, or 0)."""
+    coefficients: Coefficients,
+    inputs: Sequence[Any],
+    dim: int,
+    carry: torch.Tensor | None,
+    readout: Readout | None,
+) -> tuple[torch.Tensor, ...]:
+    """Every ``x_t`` along a short static ``dim``, from ``carry`` (``x`` just past the end, or 0),
+    and ``y_t = readout(x_t, ...)`` with it if ``readout`` is given."""
     length = inputs[0].shape[dim]
-    xs = [None] * length
+    xs, ys = [None] * length, [None] * length
     for t in range(length - 1, -1, -1):
-        a, b = coefficients(*_steps(inputs, dim, t))
+        step = _steps(inputs, dim, t)
+        a, b = coefficients(*step)
         carry = a if carry is None else a + b * carry
         xs[t] = carry
-    return torch.stack(xs, dim)
+        if readout is not None:
+            ys[t] = readout(carry, *step)
+    if readout is None:
+        return (torch.stack(xs, dim),)
+    return torch.stack(xs, dim), torch.stack(ys, dim)
 
 
-def _solve_backwards(coefficients: Coefficients, inputs: Sequence[Any], block: int) -> torch.Tensor:
+def _solve_backwards(
+    coefficients: Coefficients, inputs: Sequence[Any], block: int, readout: Readout | None = None
+) -> tuple[torch.Tensor, ...]:
     """``x_t = a_t + b_t x_{t+1}``, ``x_T = 0``, with ``(a_t, b_t) = coefficients(*inputs[t])``.
 
     ``inputs[0]`` is a ``[T, ...]`` tensor; every other tensor input is ``[T, ...]`` too and is
     sliced along time with it; non-tensors (Python numbers) pass through. The three passes of the
     chunked scan (see :func:`reverse_linear_recurrence`) each call ``coefficients`` on slabs of
     the raw inputs, so under ``torch.compile`` the per-step arithmetic (TD errors, flag
-    multipliers) is inlined into the block kernels instead of being written to memory first.
+    multipliers) is inlined into the block kernels instead of being written to memory first; so
+    is ``readout`` (e.g. ``returns = advantages + values``) in the last pass.
+
+    Returns:
+        ``(x,)``, or ``(x, y)`` with ``y_t = readout(x_t, *inputs[t])``.
     """
     length = inputs[0].shape[0]
     if length <= block:
-        return _sweep(coefficients, inputs, 0, None)
+        return _sweep(coefficients, inputs, 0, None, readout)
     head, blocks = length % block, length // block
     # Blocks end at T - 1; the first ``head`` steps (T % block of them) are swept last.
     body = [
         x[head:].reshape(blocks, block, *x.shape[1:]) if isinstance(x, torch.Tensor) else x for x in inputs
     ]
     offsets, products = _block_maps(coefficients, body, 1)
-    starts = _solve_backwards(_identity, (offsets, products), block)
+    (starts,) = _solve_backwards(_identity, (offsets, products), block)
     next_starts = torch.cat([starts[1:], torch.zeros_like(starts[:1])])
-    x_body = _sweep(coefficients, body, 1, next_starts).flatten(0, 1)
+    outputs = [y.flatten(0, 1) for y in _sweep(coefficients, body, 1, next_starts, readout)]
     if not head:
-        return x_body
-    x_head = _sweep(
-        coefficients, [x[:head] if isinstance(x, torch.Tensor) else x for x in inputs], 0, starts[0]
-    )
-    return torch.cat([x_head, x_body])
+        return tuple(outputs)
+    head_inputs = [x[:head] if isinstance(x, torch.Tensor) else x for x in inputs]
+    head_outputs = _sweep(coefficients, head_inputs, 0, starts[0], readout)
+    return tuple(torch.cat([h, y]) for h, y in zip(head_outputs, outputs, strict=True))
 
 
-def _solve(coefficients: Coefficients, inputs: Sequence[Any], block: int = DEFAULT_BLOCK) -> torch.Tensor:
+def _solve(
+    coefficients: Coefficients,
+    inputs: Sequence[Any],
+    readout: Readout | None = None,
+    block: int = DEFAULT_BLOCK,
+) -> tuple[torch.Tensor, ...]:
     """:func:`_solve_backwards`, fused under ``torch.compile``; eagerly ``a`` and ``b`` come first.
 
     Eagerly every operation is a kernel launch, so computing ``(a, b)`` once over all of ``[T, ...]``
@@ -151,10 +185,10 @@ def _solve(coefficients: Coefficients, inputs: Sequence[Any], block: int = DEFAU
     the opposite holds, since inductor inlines the recomputation into the block kernels and
     never writes ``a`` or ``b`` to memory.
     """
-    if not torch.compiler.is_compiling():
-        a, b = coefficients(*inputs)
-        return _solve_backwards(_identity, (a, b), block)
-    return _solve_backwards(coefficients, inputs, block)
+    if torch.compiler.is_compiling():
+        return _solve_backwards(coefficients, inputs, block, readout)
+    (x,) = _solve_backwards(_identity, coefficients(*inputs), block)
+    return (x,) if readout is None else (x, readout(x, *inputs))
 
 
 def _time_varying(x: Scalar, ref: torch.Tensor) -> Scalar:
@@ -187,7 +221,7 @@ def reverse_linear_recurrence(a: torch.Tensor, b: torch.Tensor, block: int = DEF
     """
     if isinstance(block, bool) or not isinstance(block, int) or block < 2:
         raise ValueError(f"block: expected an int >= 2, got {block!r}")
-    return _solve_backwards(_identity, (a, b), block)
+    return _solve_backwards(_identity, (a, b), block)[0]
 
 
 def reverse_linear_recurrence_loop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -435,9 +469,13 @@ def gae(
         deltas = rewards + gamma * _not(terminated, dtype) * next_values - values
         return deltas, gamma * lmbda * _not(terminated | truncated, dtype)
 
+    def returns(advantages, rewards, values, *_):
+        return advantages + values
+
     inputs = (rewards, values, next_values, _kernel_flags(terminated), _kernel_flags(truncated))
-    advantages = _solve(coefficients, (*inputs, _time_varying(gamma, rewards), _time_varying(lmbda, rewards)))
-    return advantages, advantages + values
+    rates = (_time_varying(gamma, rewards), _time_varying(lmbda, rewards))
+    advantages, returns = _solve(coefficients, (*inputs, *rates), readout=returns)
+    return advantages, returns
 
 
 def vtrace(

@@ -6,11 +6,14 @@ equations and independent of funrl's log-depth formulation.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from funrl.control import compile as funrl_compile
 from funrl.losses import (
     discounted_returns,
     gae,
@@ -20,6 +23,7 @@ from funrl.losses import (
     td_error,
     vtrace,
 )
+from funrl.losses import returns as returns_module
 from funrl.losses.returns import reverse_linear_recurrence, reverse_linear_recurrence_loop
 
 DTYPE = torch.float64
@@ -439,14 +443,75 @@ def test_gradients_flow_and_are_finite():
 
 @pytest.mark.slow
 def test_compiled_gae_equals_eager():
-    d = make_batch(13, 40, 8)  # 3 blocks, padded: the whole chunked path
+    # 43 = 5 blocks of 8 + a 3-step head: every pass of the fused chunked scan, with uint8 flags.
+    d = make_batch(13, 43, 8)
     d32 = {k: (v.float() if v.dtype == DTYPE else v) for k, v in d.items()}
     args = (d32["rewards"], d32["values"], d32["next_values"], d32["terminated"], d32["truncated"])
-    compiled = torch.compile(gae, fullgraph=True)
+    compiled = funrl_compile(gae)
     got = compiled(*args, 0.99, 0.95)
     expected = gae(*args, 0.99, 0.95)
     for x, y in zip(got, expected, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+def traced_path():
+    """Run the estimators eagerly down the path ``torch.compile`` traces (fused coefficients,
+    ``uint8`` flags), so hypothesis can check it without compiling a graph per example."""
+    return mock.patch.object(torch.compiler, "is_compiling", lambda: True)
+
+
+@given(st.tuples(st.integers(0, 2**16), st.integers(1, 40), st.integers(1, 3)), st.sampled_from([2, 3, 8]))
+def test_fused_solve_with_readout_equals_reverse_loop(batch, block):
+    # Heads (T % block), one or more recursion levels, per-step hyper-parameters, a readout.
+    seed, length, envs = batch
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(length, envs, generator=g, dtype=DTYPE)
+    flags = (torch.rand(length, envs, generator=g) < 0.2).to(torch.uint8)
+    rate = torch.rand(length, 1, generator=g, dtype=DTYPE)
+    other = torch.randn(length, envs, generator=g, dtype=DTYPE)
+
+    def coefficients(a, flags, rate, other, scale):
+        return scale * a, rate * (1.0 - flags.to(a.dtype))
+
+    expected = reverse_linear_recurrence_loop(2.0 * a, rate * (1 - flags.to(DTYPE)))
+    inputs = (a, flags, rate.expand_as(a), other, 2.0)
+    x, y = returns_module._solve_backwards(coefficients, inputs, block, lambda x, *step: x * step[3])
+    torch.testing.assert_close(x, expected)
+    torch.testing.assert_close(y, expected * other)
+
+
+@given(batches, rates, rates, st.sampled_from(["float", "per_env", "per_step"]))
+def test_gae_traced_path_matches_reference_loop(batch, gamma, lmbda, gamma_kind):
+    d = make_batch(*batch)
+    length, envs = d["rewards"].shape
+    gammas = {
+        "float": gamma,
+        "per_env": torch.full((envs,), gamma, dtype=DTYPE),
+        "per_step": torch.full((length, 1), gamma, dtype=DTYPE),
+    }
+    adv, ret = gae(
+        d["rewards"],
+        d["values"],
+        d["next_values"],
+        d["terminated"],
+        d["truncated"],
+        gammas[gamma_kind],
+        lmbda,
+    )
+    expected = ref_gae(
+        d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], gamma, lmbda
+    )
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, expected + d["values"])
+
+
+def test_flags_as_uint8_op_is_a_registered_copy_that_vmaps():
+    flags = torch.rand(3, 5, 4, generator=torch.Generator().manual_seed(0)) < 0.5
+    out = returns_module._flags_as_uint8(flags)
+    assert out.dtype == torch.uint8 and torch.equal(out.bool(), flags)
+    assert out.data_ptr() != flags.data_ptr()
+    torch.testing.assert_close(torch.func.vmap(returns_module._flags_as_uint8)(flags), out)
+    torch.library.opcheck(returns_module._flags_as_uint8, (flags,))
 
 
 # ------------------------------------------------------------------------------------------
