@@ -10,6 +10,12 @@ steps per second of wall-clock *including* the environment steps and replay (wha
 pays). funrl runs eager, and with ``--compile`` also ``torch.compile``d (compile time reported
 apart). SB3 runs ``model.learn`` on its gymnasium environment with ``learning_starts`` already
 passed. Medians of ``--repeats`` timings; rows of one algorithm alternate (load drift hits all).
+
+``--profile`` adds a table from one ``torch.profiler`` pass per row: milliseconds per gradient step
+in matrix products (``aten::mm/bmm/addmm/baddbmm``, the work both libraries must do), in
+TorchDynamo's guard check, and the rest (Python, autograd, optimiser, env, generated kernels).
+The profiler slows every row; compare the matmul column across rows, not the totals with the
+timings above.
 """
 
 from __future__ import annotations
@@ -65,6 +71,26 @@ class FunrlRunner:
             self.state, metrics = self.step(self.state, self.run_key)
         float(next(iter(metrics.values())))
         return time.perf_counter() - t0, updates * self.config.gradient_steps
+
+
+MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm")
+
+
+def profile_breakdown(runner: Any, env_steps: int) -> dict[str, float]:
+    """Milliseconds per gradient step under ``torch.profiler``: total, matmul, guard check, rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        seconds, grad_steps = runner.time_steps(env_steps)
+    events = prof.key_averages()
+
+    def self_ms(names: tuple[str, ...]) -> float:
+        return sum(e.self_cpu_time_total for e in events if e.key in names) / 1e3 / grad_steps
+
+    total = seconds * 1e3 / grad_steps
+    matmul = self_ms(MATMUL_OPS)
+    guard = self_ms(("TorchDynamo Cache Lookup",))
+    return {"total": total, "matmul": matmul, "guard": guard, "rest": total - matmul - guard}
 
 
 def make_sb3(algo: str) -> Any:
@@ -133,12 +159,16 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time the torch.compile'd update")
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument(
+        "--profile", action="store_true", help="also a per-step breakdown: matmul, guard check, rest"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     print("\n| agent | run | gradient steps/s (median) | timings (steps/s) | vs SB3 | compile/warm-up (s) |")
     print("|---|---|---|---|---|---|")
+    breakdown: list[str] = []
     for algo in args.algos:
         warm = max(CONFIGS[algo][1].batch_size // CONFIGS[algo][0](CONFIGS[algo][1]).steps_per_update, 1) + 1
         runners: dict[str, Any] = {"funrl eager": FunrlRunner(algo, args.device, False, warm)}
@@ -160,6 +190,17 @@ def main() -> None:
             print(
                 f"| {algo} {CONFIGS[algo][1].env_id} | {name} | {median:.0f} | {timings} | {versus} | {warm_s} |"
             )
+        if args.profile:
+            for name, runner in runners.items():
+                b = profile_breakdown(runner, args.steps)
+                breakdown.append(
+                    f"| {algo} {CONFIGS[algo][1].env_id} | {name} | {b['total']:.2f} | {b['matmul']:.2f} "
+                    f"({100 * b['matmul'] / b['total']:.0f}%) | {b['guard']:.2f} | {b['rest']:.2f} |"
+                )
+    if breakdown:
+        print("\n| agent | run | ms / gradient step (profiled) | in matmul | in guard check | rest |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(breakdown))
 
 
 if __name__ == "__main__":
