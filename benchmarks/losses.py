@@ -162,8 +162,13 @@ def gae_bool_flags(
         deltas = rewards + gamma * (~terminated).to(dtype) * next_values - values
         return deltas, gamma * lmbda * (~(terminated | truncated)).to(dtype)
 
-    advantages = returns._solve(coefficients, (rewards, values, next_values, terminated, truncated))
-    return advantages, advantages + values
+    def readout(advantages, rewards, values, *_):
+        return advantages + values
+
+    advantages, returns_ = returns._solve(
+        coefficients, (rewards, values, next_values, terminated, truncated), readout
+    )
+    return advantages, returns_
 
 
 def memory_floor(data: dict[str, torch.Tensor], outputs: int) -> Callable[[], torch.Tensor]:
