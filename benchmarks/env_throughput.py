@@ -39,7 +39,9 @@ def random_actions(space: E.Space, key: torch.Tensor, n: int, device: torch.devi
     )
 
 
-def make_chunk(batched: E.BatchedEnv, params, space: E.Space, n: int, chunk: int, device: torch.device):
+def make_chunk(
+    batched: E.BatchedEnv, params, space: E.Space, n: int, chunk: int, device: torch.device, unroll: int = 1
+):
     """``chunk`` random-policy steps; returns the carried (obs, state) and the summed reward."""
 
     def run(key, obs, state):
@@ -51,7 +53,9 @@ def make_chunk(batched: E.BatchedEnv, params, space: E.Space, n: int, chunk: int
             obs, state, reward, _, _, _ = batched.step(k_env, state, action, params)
             return (obs, state, total + reward.sum()), t
 
-        (obs, state, total), _ = control.scan(one, (obs, state, torch.zeros((), device=device)), length=chunk)
+        (obs, state, total), _ = control.scan(
+            one, (obs, state, torch.zeros((), device=device)), length=chunk, unroll=unroll
+        )
         return obs, state, total
 
     return run

@@ -68,6 +68,21 @@ def test_loop_path_equals_hop_path(length, seed, reverse):
     assert tree.tree_equal(loop, hop)
 
 
+@settings(max_examples=8)  # each example traces the op in eager (~1 s)
+@given(
+    length=st.integers(1, 9),
+    unroll=st.integers(1, 10),
+    seed=st.integers(0, 2**31 - 1),
+    reverse=st.booleans(),
+)
+def test_unrolled_hop_path_equals_loop(length, unroll, seed, reverse):
+    """``unroll`` steps per iteration, leftover steps inline: the same carry and ys in index order."""
+    init, xs = make_inputs(length, seed)
+    loop = scan(step, init, xs, reverse=reverse, use_hop=False)
+    hop = scan(step, init, xs, reverse=reverse, use_hop=True, unroll=unroll)
+    assert tree.tree_equal(loop, hop)
+
+
 def test_reverse_keeps_outputs_in_index_order():
     xs = torch.arange(4.0)
     # Running sum from the end: ys[t] is the sum of xs[t:], the carry entering step t.
@@ -177,3 +192,6 @@ def test_bad_input_raises_naming_the_argument(use_hop):
         scan(f, c, torch.zeros(0, 2), use_hop=use_hop)
     with pytest.raises(ValueError, match=r"^xs: expected tensor leaves with a leading"):
         scan(f, c, torch.tensor(1.0), use_hop=use_hop)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=r"^unroll: expected a positive int"):
+            scan(f, c, torch.zeros(3), unroll=bad, use_hop=use_hop)

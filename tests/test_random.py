@@ -275,6 +275,17 @@ def test_key_from_tensor_seeds_equals_int_seeds():
     assert torch.equal(batch, torch.stack([R.key(s) for s in seeds]))
 
 
+@pytest.mark.parametrize("low, high", [(0, 1), (0, 2), (-4, 4), (3, 3 + 2**20), (0, 2**32), (0, 2**33)])
+def test_randint_power_of_two_span_equals_the_general_path(low, high):
+    """Python-int power-of-two spans take the masked path; tensor bounds take the remainder path."""
+    k = R.key(11)
+    fast = R.randint(k, (4096,), low, high)
+    general = R.randint(k, (4096,), torch.tensor(low), torch.tensor(high))
+    assert fast.dtype == general.dtype == torch.int64
+    assert torch.equal(fast, general)
+    assert fast.min() >= low and fast.max() < high
+
+
 def _several_samplers(k: torch.Tensor) -> tuple[torch.Tensor, ...]:
     # Kept to four Threefry blocks: each one costs inductor ~10-20 s of CPU to compile here.
     # uniform, randint and categorical of the same key and shape share one block (traced once).
