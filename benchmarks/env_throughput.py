@@ -11,13 +11,19 @@ with ``action_space.sample()`` (CartPole only: it is the classic-control env wit
 point).
 
     python benchmarks/env_throughput.py --device cpu --num-envs 1 256 4096 65536 --steps 200
+
+With ``--gymnax-python PATH`` (a Python with jax and gymnax, see ``gymnax_cartpole.py``) the same
+run also measures gymnax's CartPole, the JAX peer, in a subprocess after funrl's CartPole rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import statistics
+import subprocess
 import time
 
 import torch
@@ -106,6 +112,17 @@ def time_gymnasium(n: int, steps: int, repeats: int) -> float:
     return statistics.median(rates)
 
 
+def time_gymnax(python: str, num_envs: list[int], steps: int, chunk: int, repeats: int) -> dict:
+    """gymnax's CartPole in ``python`` (single-threaded XLA, as funrl runs with ``--threads 1``)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gymnax_cartpole.py")
+    cmd = [python, script, "--steps", str(steps), "--chunk", str(chunk), "--repeats", str(repeats)]
+    out = subprocess.run(
+        [*cmd, "--num-envs", *map(str, num_envs)], env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -117,6 +134,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=50, help="steps per call (one scan)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--gymnax-python", default=None, help="a Python with jax + gymnax: adds gymnax rows")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.threads:
@@ -141,6 +159,14 @@ def main() -> None:
                         continue
                     rate, first = time_funrl(env_id, n, mode, args.steps, args.chunk, args.repeats, device)
                 print(f"| {env_id} | {n} | {mode} | {rate / 1e6:.4f} M | {first:.1f} |", flush=True)
+        if env_id == "CartPole-v1" and args.gymnax_python:
+            peer = time_gymnax(args.gymnax_python, args.num_envs, args.steps, args.chunk, args.repeats)
+            for n, row in peer["results"].items():
+                rate, first = row["steps_per_s"], row["first_call_s"]
+                print(
+                    f"| {env_id} | {n} | gymnax (jax {peer['jax']}) | {rate / 1e6:.4f} M | {first:.1f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
