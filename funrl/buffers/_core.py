@@ -157,8 +157,19 @@ def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
 def check_batch_leaves(
     batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
 ) -> tuple[tuple[int, ...], list[torch.Tensor], list[torch.Tensor]]:
-    """:func:`check_batch`, also returning the flat ``(batch_dims, storage_leaves, batch_leaves)``
-    (flattening a small dict costs about as much as a tensor op in eager mode: do it once)."""
+    """:func:`check_batch`, also returning the flat ``(batch_dims, storage_leaves, batch_leaves)``.
+
+    This runs on every eager ``add``, where a pytree flatten of a small dict costs about as much
+    as a tensor op: the usual item, a flat dict of tensors, is paired key by key without one, and
+    anything else (or any mismatch, to name the leaf) goes through optree in tree order.
+    """
+    if type(batch) is dict and type(storage) is dict and batch.keys() == storage.keys():
+        s_leaves = list(storage.values())
+        b_leaves = [batch[k] for k in storage]
+        if all(type(x) is torch.Tensor for x in s_leaves):
+            dims = _valid_batch_dims(s_leaves, b_leaves, batch_ndim)
+            if dims is not None:
+                return dims, s_leaves, b_leaves
     s_leaves, s_spec = optree.tree_flatten(storage, none_is_leaf=False, namespace=_NAMESPACE)
     b_leaves, b_spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
     if b_spec != s_spec:
@@ -170,21 +181,34 @@ def check_batch_leaves(
             f"{name}: expected the tree structure given to init, {s_spec}, got {b_spec} "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
+    dims = _valid_batch_dims(s_leaves, b_leaves, batch_ndim)
+    if dims is None:
+        for i in range(len(b_leaves)):  # the first bad leaf, in tree order
+            if _valid_batch_dims(s_leaves[: i + 1], b_leaves[: i + 1], batch_ndim) is None:
+                _raise_bad_leaf(i, b_leaves[i], s_leaves[i], s_leaves, b_leaves, storage, batch_ndim, name)
+    assert dims is not None
+    return dims, s_leaves, b_leaves
+
+
+def _valid_batch_dims(
+    s_leaves: list[torch.Tensor], b_leaves: list[Any], batch_ndim: int
+) -> tuple[int, ...] | None:
+    """The batch dims shared by all ``b_leaves`` if each is a tensor ``[*batch_dims, *item_shape]``
+    of its storage leaf's dtype and device; None otherwise."""
     first = b_leaves[0]
-    dims = tuple(first.shape[:batch_ndim]) if isinstance(first, torch.Tensor) else ()
-    if len(dims) != batch_ndim:
-        _raise_bad_leaf(0, first, s_leaves[0], s_leaves, b_leaves, storage, batch_ndim, name)
-    # One shape comparison per leaf covers rank, batch dims and item shape (this loop runs on
-    # every eager add, where each Python attribute access counts).
-    for i, (leaf, stored) in enumerate(zip(b_leaves, s_leaves, strict=True)):
+    if not isinstance(first, torch.Tensor) or first.dim() < batch_ndim:
+        return None
+    dims = tuple(first.shape[:batch_ndim])
+    # One shape comparison per leaf covers rank, batch dims and item shape.
+    for leaf, stored in zip(b_leaves, s_leaves, strict=True):
         if (
             not isinstance(leaf, torch.Tensor)
             or leaf.dtype is not stored.dtype
             or leaf.shape != dims + stored.shape[batch_ndim:]
             or leaf.device != stored.device
         ):
-            _raise_bad_leaf(i, leaf, stored, s_leaves, b_leaves, storage, batch_ndim, name)
-    return dims, s_leaves, b_leaves
+            return None
+    return dims
 
 
 def _raise_bad_leaf(
@@ -235,6 +259,17 @@ def tree_map(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
 def write_rows(storage: Tree, index: tuple[torch.Tensor, ...], batch: Tree) -> None:
     """``storage[index] = batch`` leaf-wise, in place (``index_put_``: has a vmap batching rule)."""
     tree_map(lambda s, b: s.index_put_(index, b), storage, batch)
+
+
+def ring_rows(start: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
+    """Rows ``(start + i) % capacity`` for ``i < length <= capacity``; int64 ``[length]``.
+
+    One scalar remainder, then a compare-and-subtract per row: inductor fuses the row computation
+    into every leaf's write loop, and an int64 division per element made the compiled add's kernel
+    several times slower than the copy itself.
+    """
+    rows = torch.remainder(start, capacity) + torch.arange(length, device=start.device)
+    return torch.where(rows >= capacity, rows - capacity, rows)
 
 
 def write_ring_slices(stored: list[torch.Tensor], head: int, new: list[torch.Tensor]) -> None:

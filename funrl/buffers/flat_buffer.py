@@ -24,6 +24,7 @@ from funrl.buffers._core import (
     flatten_with_path,
     gather_rows,
     in_transform,
+    ring_rows,
     storage_zeros,
     tree_map,
     write_ring_slices,
@@ -62,17 +63,6 @@ def _init(config: FlatConfig, example_item: Any) -> FlatState:
     leaf = flatten_with_path(experience)[1][0]
     zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
     return FlatState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
-
-
-def ring_rows(start: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
-    """Rows ``(start + i) % capacity`` for ``i < length <= capacity``; int64 ``[length]``.
-
-    One scalar remainder, then a compare-and-subtract per row: inductor fuses the row computation
-    into every leaf's write loop, and an int64 division per element made the compiled add's kernel
-    several times slower than the copy itself.
-    """
-    rows = torch.remainder(start, capacity) + torch.arange(length, device=start.device)
-    return torch.where(rows >= capacity, rows - capacity, rows)
 
 
 def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:

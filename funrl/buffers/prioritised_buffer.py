@@ -32,10 +32,11 @@ from funrl.buffers._core import (
     check_fresh,
     flatten_with_path,
     in_transform,
+    ring_rows,
     storage_zeros,
     tree_map,
 )
-from funrl.buffers.flat_buffer import ring_rows, write_items
+from funrl.buffers.flat_buffer import write_items
 from funrl.buffers.trajectory_buffer import (
     TrajectoryConfig,
     check_can_sample,

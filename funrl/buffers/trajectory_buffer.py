@@ -27,6 +27,7 @@ from funrl.buffers._core import (
     check_fresh,
     flatten_with_path,
     in_transform,
+    ring_rows,
     storage_zeros,
     tree_map,
     write_rows,
@@ -96,7 +97,7 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
         )
     check_fresh(state.count, state.storage_count, "add")
     device = state.count.device
-    times = torch.remainder(state.count + torch.arange(steps, device=device), config.max_length)
+    times = ring_rows(state.count, steps, config.max_length)
     envs = torch.arange(num_envs, device=device)
     write_rows(state.experience, (envs[:, None], times[None, :]), batch)
     new_count = state.count + steps
@@ -128,7 +129,8 @@ def gather_windows(
 ) -> Any:
     """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``."""
     offsets = torch.arange(config.sequence_length, device=starts.device)
-    times = torch.remainder(starts[:, None] + offsets[None, :], config.max_length)
+    times = starts[:, None] + offsets[None, :]  # starts < max_length, offsets < L <= max_length
+    times = torch.where(times >= config.max_length, times - config.max_length, times)
     return tree_map(lambda x: x[envs[:, None], times], experience)
 
 

@@ -9,8 +9,7 @@ from torch.func import vmap
 import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
-from funrl.buffers._core import HUGE_PAGE_BYTES, storage_zeros, write_ring_slices
-from funrl.buffers.flat_buffer import ring_rows
+from funrl.buffers._core import HUGE_PAGE_BYTES, ring_rows, storage_zeros, write_ring_slices
 
 
 def example_item():
