@@ -12,14 +12,23 @@ Contestants, all in the same process and run:
 
 - ``funrl eager``: ``funrl.buffers.flat`` called directly (includes its eager stale-state and
   can-sample checks, which read two scalars);
-- ``funrl compiled``: the same functions under ``torch.compile(fullgraph=True)``;
-- ``plain ring``: preallocated tensors written with ``index_copy_`` at a Python-int pointer and
-  sampled with ``torch.randint`` + indexing: the floor any buffer pays;
+- ``funrl compiled``: the same functions under ``funrl.control.compile`` (``torch.compile`` with
+  ``fullgraph=True`` and funrl's inductor options: the path the docs tell users to take), one
+  compiled call per add or sample;
+- ``funrl compiled, 8 per call``: 8 adds (an unrolled loop over 8 batches) or 8 samples (vmap
+  over 8 keys) in one compiled call, reported per add / per sample: what an add or a sample costs
+  inside a compiled update step, where the per-call overhead of a compiled function is shared;
+- ``plain ring``: preallocated tensors (``torch.zeros``) written with ``index_copy_`` at a
+  Python-int pointer and sampled with ``torch.randint`` + indexing: the floor any buffer pays;
+- ``plain ring, huge pages``: the same ring on storages allocated like funrl's (transparent huge
+  pages for CPU storages of 2 MiB or more), so that the allocation is not what separates them;
 - ``torchrl``: ``ReplayBuffer(storage=LazyTensorStorage(capacity))`` holding TensorDicts
   (``extend`` / ``sample``), and ``TensorDictReplayBuffer`` over the same storage type;
   prioritised: ``TensorDictPrioritizedReplayBuffer`` (``sample`` + ``update_priority``).
 
-Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up.
+Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up: wall
+clock, and (on CPU) the calling thread's CPU time, which leaves out the time other processes on a
+shared machine take the core away (torch runs one thread here, so all the work is on it).
 
     python benchmarks/buffers.py --device cpu
 """
@@ -37,6 +46,8 @@ import torch
 
 import funrl.buffers as fb
 from funrl import random as frandom
+from funrl.buffers._core import storage_zeros
+from funrl.control import compile as fcompile
 
 BATCH = 256
 
@@ -46,19 +57,22 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(call: Callable[[], None], device: torch.device, iters: int, repeats: int) -> float:
-    """Median seconds per call over ``repeats`` runs of ``iters`` calls (after a warm-up run)."""
+def time_call(
+    call: Callable[[], None], device: torch.device, iters: int, repeats: int
+) -> tuple[float, float]:
+    """Median (wall, thread CPU) seconds per call over ``repeats`` runs of ``iters`` calls."""
     for _ in range(max(3, iters // 4)):
         call()
     sync(device)
-    per_call = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         for _ in range(iters):
             call()
         sync(device)
-        per_call.append((time.perf_counter() - start) / iters)
-    return statistics.median(per_call)
+        wall.append((time.perf_counter() - start) / iters)
+        cpu.append((time.thread_time() - start_cpu) / iters)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def example_item(device: torch.device) -> dict[str, torch.Tensor]:
@@ -88,11 +102,15 @@ FILL_CHUNK = 1 << 16
 class PlainRing:
     """Preallocated storage, Python-int write pointer, index_copy_ writes: the floor."""
 
-    def __init__(self, capacity: int, device: torch.device):
+    def __init__(self, capacity: int, device: torch.device, huge_pages: bool = False):
         self.capacity = capacity
+        zeros = (
+            storage_zeros
+            if huge_pages
+            else (lambda shape, dtype, dev: torch.zeros(shape, dtype=dtype, device=dev))
+        )
         self.storage = {
-            k: torch.zeros((capacity, *v.shape), dtype=v.dtype, device=device)
-            for k, v in example_item(device).items()
+            k: zeros((capacity, *v.shape), v.dtype, device) for k, v in example_item(device).items()
         }
         self.ptr = 0
         self.size = 0
@@ -114,21 +132,46 @@ class PlainRing:
         return {k: v[idx] for k, v in self.storage.items()}
 
 
-def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple[float, float, float]:
-    """(add s, sample s, compile s) for ``buf`` eager or under ``torch.compile(fullgraph=True)``."""
+PER_CALL = 8
+
+
+def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple:
+    """(add wall, add cpu, sample wall, sample cpu, compile s) for ``buf`` in ``mode``, per add / sample."""
     key = frandom.key(0)
     state = buf.init(example_item(device))
     for _ in range(n_fill):
         state = buf.add(state, fill)
-    add = torch.compile(buf.add, fullgraph=True) if mode == "compiled" else buf.add
-    sample = torch.compile(buf.sample, fullgraph=True) if mode == "compiled" else buf.sample
+    per_call = 1
+    if mode == "eager":
+        add, sample = buf.add, buf.sample
+    elif mode == "compiled":
+        add, sample = fcompile(buf.add, dynamic=False), fcompile(buf.sample, dynamic=False)
+    else:  # several adds / samples in one compiled call
+        per_call = PER_CALL
+        batches = [make_batch(BATCH, device, seed=10 + i) for i in range(PER_CALL)]
+        keys = frandom.split(key, PER_CALL)
+
+        def add_several(state, batches):
+            for b in batches:
+                state = buf.add(state, b)
+            return state
+
+        compiled_add = fcompile(add_several, dynamic=False)
+        compiled_sample = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
+
+        def add(state, _):
+            return compiled_add(state, batches)
+
+        def sample(state, _, batch_size):
+            return compiled_sample(state, keys, batch_size)
+
     holder = [state]
 
     def do_add() -> None:
         holder[0] = add(holder[0], batch)
 
     compile_s = 0.0
-    if mode == "compiled":
+    if mode != "eager":
         start = time.perf_counter()
         do_add()
         sample(holder[0], key, BATCH)
@@ -136,7 +179,7 @@ def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple[flo
         compile_s = time.perf_counter() - start
     t_add = time_call(do_add, device, args.iters, args.repeats)
     t_sample = time_call(lambda: sample(holder[0], key, BATCH), device, args.iters, args.repeats)
-    return t_add, t_sample, compile_s
+    return (*(t / per_call for t in t_add), *(t / per_call for t in t_sample), compile_s)
 
 
 def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace, rows: list) -> None:
@@ -146,20 +189,23 @@ def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace
 
     # funrl eager and compiled share one buffer definition; each has its own storage in turn.
     buf = fb.flat(capacity)
-    for mode in ("eager", "compiled"):
-        rows.append(
-            (capacity, f"funrl {mode}", *_bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args))
-        )
+    for mode, name in (
+        ("eager", "funrl eager"),
+        ("compiled", "funrl compiled"),
+        ("several", f"funrl compiled, {PER_CALL} per call"),
+    ):
+        rows.append((capacity, name, *_bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args)))
         gc.collect()
 
-    ring = PlainRing(capacity, device)
-    for _ in range(n_fill):
-        ring.add(fill)
-    t_add = time_call(lambda: ring.add(batch), device, args.iters, args.repeats)
-    t_sample = time_call(lambda: ring.sample(BATCH), device, args.iters, args.repeats)
-    rows.append((capacity, "plain ring", t_add, t_sample, 0.0))
-    ring.storage = {}
-    gc.collect()
+    for huge_pages, name in ((False, "plain ring"), (True, "plain ring, huge pages")):
+        ring = PlainRing(capacity, device, huge_pages=huge_pages)
+        for _ in range(n_fill):
+            ring.add(fill)
+        t_add = time_call(lambda ring=ring: ring.add(batch), device, args.iters, args.repeats)
+        t_sample = time_call(lambda ring=ring: ring.sample(BATCH), device, args.iters, args.repeats)
+        rows.append((capacity, name, *t_add, *t_sample, 0.0))
+        ring.storage = {}
+        gc.collect()
 
     if not args.no_torchrl:
         from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
@@ -175,7 +221,7 @@ def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace
                 rb.extend(td_fill)
             t_add = time_call(lambda rb=rb: rb.extend(td_batch), device, args.iters, args.repeats)
             t_sample = time_call(lambda rb=rb: rb.sample(), device, args.iters, args.repeats)
-            rows.append((capacity, name, t_add, t_sample, 0.0))
+            rows.append((capacity, name, *t_add, *t_sample, 0.0))
             rb.empty()
             gc.collect()
 
@@ -196,7 +242,7 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
         state = buf.init(example_item(device))
         for _ in range(n_fill):
             state = buf.add(state, fill)
-        fn = torch.compile(step, fullgraph=True) if mode == "compiled" else step
+        fn = fcompile(step, dynamic=False) if mode == "compiled" else step
         holder = [state]
 
         def call(fn=fn, holder=holder) -> None:
@@ -212,7 +258,7 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
             (
                 capacity,
                 f"funrl prioritised {mode}",
-                time_call(call, device, args.iters, args.repeats),
+                *time_call(call, device, args.iters, args.repeats),
                 compile_s,
             )
         )
@@ -237,14 +283,8 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
             sample = rb.sample()
             rb.update_priority(sample["index"], new_priorities)
 
-        out.append(
-            (
-                capacity,
-                "torchrl TensorDictPrioritizedReplayBuffer",
-                time_call(torchrl_step, device, args.iters, args.repeats),
-                0.0,
-            )
-        )
+        t_step = time_call(torchrl_step, device, args.iters, args.repeats)
+        out.append((capacity, "torchrl TensorDictPrioritizedReplayBuffer", *t_step, 0.0))
         rb.empty()
         gc.collect()
     return out
@@ -268,21 +308,21 @@ def main() -> None:
     for capacity in (int(c) for c in args.capacities.split(",")):
         bench_capacity(capacity, device, args, rows)
     print(
-        "| capacity | buffer | add 256 (µs) | add (M transitions/s) "
-        "| sample 256 (µs) | sample (M transitions/s) | compile (s) |"
+        "| capacity | buffer | add 256 (µs) | add CPU (µs) | add (M transitions/s) "
+        "| sample 256 (µs) | sample CPU (µs) | sample (M transitions/s) | compile (s) |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for capacity, name, t_add, t_sample, compile_s in rows:
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for capacity, name, t_add, c_add, t_sample, c_sample, compile_s in rows:
         print(
-            f"| {capacity:.0e} | {name} | {t_add * 1e6:.1f} | {BATCH / t_add / 1e6:.2f} | "
-            f"{t_sample * 1e6:.1f} | {BATCH / t_sample / 1e6:.2f} | {compile_s:.1f} |"
+            f"| {capacity:.0e} | {name} | {t_add * 1e6:.1f} | {c_add * 1e6:.1f} | {BATCH / t_add / 1e6:.2f} | "
+            f"{t_sample * 1e6:.1f} | {c_sample * 1e6:.1f} | {BATCH / t_sample / 1e6:.2f} | {compile_s:.1f} |"
         )
     prio = bench_prioritised(args.prioritised_capacity, device, args)
     print()
-    print("| capacity | buffer | sample 256 + update 256 (µs) | compile (s) |")
-    print("|---:|---|---:|---:|")
-    for capacity, name, t, compile_s in prio:
-        print(f"| {capacity:.0e} | {name} | {t * 1e6:.1f} | {compile_s:.1f} |")
+    print("| capacity | buffer | sample 256 + update 256 (µs) | CPU (µs) | compile (s) |")
+    print("|---:|---|---:|---:|---:|")
+    for capacity, name, t, c, compile_s in prio:
+        print(f"| {capacity:.0e} | {name} | {t * 1e6:.1f} | {c * 1e6:.1f} | {compile_s:.1f} |")
 
 
 if __name__ == "__main__":
