@@ -275,18 +275,27 @@ def _(info: Any, in_dims: tuple[int | None], flags: torch.Tensor) -> tuple[torch
     return _flags_as_uint8(flags), in_dims[0]
 
 
+UINT8_FLAGS_MIN_NUMEL = 1 << 15
+"""Below this many flags :func:`_kernel_flags` leaves them bool: the custom op's dispatch (~19 µs
+measured here) costs more than the bool loads it saves (~0.7 ns per flag)."""
+
+
 def _kernel_flags(flags: torch.Tensor) -> torch.Tensor:
     """Episode flags as compiled CPU kernels read them fastest: ``uint8`` 0/1 instead of bool.
 
     Inductor's C++ backend loads every bool tensor through a per-element mask conversion
-    (``VecMask::from``), measured here at ~0.35 ms per 2 MB-of-float32-sized flag array, more
-    than the rest of a fused GAE pass; ``uint8`` loads are plain vector loads. The conversion
-    is a custom op (a 1-byte copy in ATen) because inductor lowers any in-graph
-    ``to``/``view(torch.uint8)`` back onto the bool load. Eagerly, and on other devices, the
-    flags stay bool. Every use below reads flags only through ``|`` and :func:`_not`, which treat
-    both alike.
+    (``VecMask::from``), measured here at ~0.35 ms per ``[128, 4096]`` flag array, more than the
+    rest of a fused GAE pass over the same steps; ``uint8`` loads are plain vector loads. The
+    conversion is a custom op (a 1-byte copy in ATen) because inductor lowers any in-graph
+    ``to``/``view(torch.uint8)`` back onto the bool load. Eagerly, on other devices and for
+    small inputs (:data:`UINT8_FLAGS_MIN_NUMEL`) the flags stay bool. Every use below reads flags
+    only through ``|`` and :func:`_not`, which treat both alike.
     """
-    if torch.compiler.is_compiling() and flags.device.type == "cpu":
+    if (
+        torch.compiler.is_compiling()
+        and flags.device.type == "cpu"
+        and flags.numel() >= UINT8_FLAGS_MIN_NUMEL
+    ):
         return _flags_as_uint8(flags)
     return flags
 

@@ -6,6 +6,7 @@ equations and independent of funrl's log-depth formulation.
 
 from __future__ import annotations
 
+import contextlib
 from unittest import mock
 
 import pytest
@@ -448,16 +449,32 @@ def test_compiled_gae_equals_eager():
     d32 = {k: (v.float() if v.dtype == DTYPE else v) for k, v in d.items()}
     args = (d32["rewards"], d32["values"], d32["next_values"], d32["terminated"], d32["truncated"])
     compiled = funrl_compile(gae)
-    got = compiled(*args, 0.99, 0.95)
+    with mock.patch.object(returns_module, "UINT8_FLAGS_MIN_NUMEL", 0):  # read when traced
+        got = compiled(*args, 0.99, 0.95)
     expected = gae(*args, 0.99, 0.95)
     for x, y in zip(got, expected, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
+@contextlib.contextmanager
 def traced_path():
     """Run the estimators eagerly down the path ``torch.compile`` traces (fused coefficients,
-    ``uint8`` flags), so hypothesis can check it without compiling a graph per example."""
-    return mock.patch.object(torch.compiler, "is_compiling", lambda: True)
+    ``uint8`` flags however small the input), so hypothesis can check it without compiling a
+    graph per example."""
+    with (
+        mock.patch.object(torch.compiler, "is_compiling", lambda: True),
+        mock.patch.object(returns_module, "UINT8_FLAGS_MIN_NUMEL", 0),
+    ):
+        yield
+
+
+def test_kernel_flags_are_uint8_only_when_compiling_large_cpu_inputs():
+    small = torch.zeros(4, 4, dtype=torch.bool)
+    large = torch.zeros(returns_module.UINT8_FLAGS_MIN_NUMEL, dtype=torch.bool)
+    assert returns_module._kernel_flags(large).dtype == torch.bool  # eager
+    with mock.patch.object(torch.compiler, "is_compiling", lambda: True):
+        assert returns_module._kernel_flags(large).dtype == torch.uint8
+        assert returns_module._kernel_flags(small).dtype == torch.bool
 
 
 @given(st.tuples(st.integers(0, 2**16), st.integers(1, 40), st.integers(1, 3)), st.sampled_from([2, 3, 8]))
