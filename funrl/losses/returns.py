@@ -465,6 +465,10 @@ def gae(
     Returns:
         ``(advantages, returns)``, both ``[T, ...]``, with ``returns = advantages + values`` (the
         λ-return targets for the critic).
+
+    The recurrence is :func:`reverse_linear_recurrence`'s chunked scan; under ``torch.compile``
+    ``δ_t``, the trace multiplier and ``returns`` are computed inside its block kernels from the
+    raw inputs (module docstring, "Formulation"), so no float ``[T, ...]`` intermediate is written.
     """
     _check_time_major(
         {"rewards": rewards, "values": values, "next_values": next_values},

@@ -1,7 +1,7 @@
 """Value estimators: invariants (hypothesis), reference loops written from the papers, transforms, bad input.
 
 The reference functions below are deliberately the textbook per-step loops, written from the
-equations and independent of funrl's log-depth formulation.
+equations and independent of funrl's chunked-scan formulation.
 """
 
 from __future__ import annotations
