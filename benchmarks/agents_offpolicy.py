@@ -2,7 +2,7 @@
 Stable-Baselines3's, with the same hyper-parameters, in one run.
 
     python benchmarks/agents_offpolicy.py --device cpu [--algos dqn sac td3] [--steps 2000]
-        [--repeats 3] [--compile] [--threads 1]
+        [--repeats 3] [--compile] [--threads 1] [--profile 50]
 
 Each measurement trains from a warm state (the buffer already holds ``learning_starts``
 transitions, so every step trains) for ``--steps`` environment transitions, and counts gradient
@@ -11,9 +11,10 @@ pays). funrl runs eager, and with ``--compile`` also ``torch.compile``d (compile
 apart). SB3 runs ``model.learn`` on its gymnasium environment with ``learning_starts`` already
 passed. Medians of ``--repeats`` timings; rows of one algorithm alternate (load drift hits all).
 
-``--profile`` adds a table from one ``torch.profiler`` pass per row: milliseconds per gradient step
-in matrix products (``aten::mm/bmm/addmm/baddbmm``, the work both libraries must do), in
-TorchDynamo's guard check, and the rest (Python, autograd, optimiser, env, generated kernels).
+``--profile STEPS`` adds a table from one ``torch.profiler`` pass of STEPS transitions per row:
+milliseconds per gradient step in matrix products (``aten::mm/bmm/addmm/baddbmm``, the work both
+libraries must do), in TorchDynamo's guard check, and the rest (Python, autograd, optimiser, env,
+generated kernels).
 The profiler slows every row; compare the matmul column across rows, not the totals with the
 timings above.
 """
@@ -160,7 +161,12 @@ def main() -> None:
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument(
-        "--profile", action="store_true", help="also a per-step breakdown: matmul, guard check, rest"
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also a per-step breakdown (matmul, guard check, rest) over STEPS env transitions per row "
+        "(keep it small: the profiler holds every op event in memory)",
     )
     args = parser.parse_args()
     if args.threads:
@@ -192,11 +198,12 @@ def main() -> None:
             )
         if args.profile:
             for name, runner in runners.items():
-                b = profile_breakdown(runner, args.steps)
+                b = profile_breakdown(runner, args.profile)
                 breakdown.append(
                     f"| {algo} {CONFIGS[algo][1].env_id} | {name} | {b['total']:.2f} | {b['matmul']:.2f} "
                     f"({100 * b['matmul'] / b['total']:.0f}%) | {b['guard']:.2f} | {b['rest']:.2f} |"
                 )
+            print("\n".join(["", *breakdown]), flush=True)
     if breakdown:
         print("\n| agent | run | ms / gradient step (profiled) | in matmul | in guard check | rest |")
         print("|---|---|---|---|---|---|")
