@@ -110,7 +110,9 @@ def main() -> None:
         rows.append(("Stable-Baselines3 PPO, 1 seed", run_sb3(config)))
     sb3 = rows[-1][1]["run_s"] if not args.skip_sb3 else None
     print(f"\nPPO {config.env_id}, {config.total_steps} steps per seed, PureJaxRL config\n")
-    print("| run | train wall-clock (s) | compile (s) | vs SB3 | greedy eval return (20 episodes, per seed) |")
+    print(
+        "| run | train wall-clock (s) | compile (s) | vs SB3 | greedy eval return (20 episodes, per seed) |"
+    )
     print("|---|---|---|---|---|")
     for name, r in rows:
         speed = f"{sb3 / r['run_s']:.1f}x" if sb3 else "-"
