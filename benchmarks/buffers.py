@@ -226,6 +226,57 @@ def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace
             gc.collect()
 
 
+def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[[], None], int, list]:
+    """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``."""
+    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
+    n_fill = -(-capacity // FILL_CHUNK)
+    key = frandom.key(0)
+    if name.startswith("plain ring"):
+        ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
+        for _ in range(n_fill):
+            ring.add(fill)
+        return (lambda: ring.sample(BATCH)), 1, [ring]
+    buf = fb.flat(capacity)
+    state = buf.init(example_item(device))
+    for _ in range(n_fill):
+        state = buf.add(state, fill)
+    if name == "funrl compiled":
+        sample = fcompile(buf.sample, dynamic=False)
+        return (lambda: sample(state, key, BATCH)), 1, [state]
+    keys = frandom.split(key, PER_CALL)
+    several = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
+    return (lambda: several(state, keys, BATCH)), PER_CALL, [state]
+
+
+def bench_scaling(small: int, large: int, device: torch.device, args: argparse.Namespace) -> list:
+    """Sample time at ``large`` and ``small`` capacity with both storages alive, timed in turn
+    repeat by repeat, so that load drifting over a long run does not fall on one capacity only."""
+    out = []
+    for name in (
+        "funrl compiled",
+        f"funrl compiled, {PER_CALL} per call",
+        "plain ring",
+        "plain ring, huge pages",
+    ):
+        (call_small, per_call, keep_small), (call_large, _, keep_large) = (
+            _sample_call(name, small, device),
+            _sample_call(name, large, device),
+        )
+        call_small()  # compile both before timing
+        call_large()
+        times: dict[int, list[tuple[float, float]]] = {small: [], large: []}
+        for _ in range(args.repeats):
+            times[small].append(time_call(call_small, device, args.iters, 1))
+            times[large].append(time_call(call_large, device, args.iters, 1))
+        medians = {
+            c: tuple(statistics.median(t[i] for t in times[c]) / per_call for i in (0, 1)) for c in times
+        }
+        out.append((name, medians[small], medians[large]))
+        del keep_small, keep_large
+        gc.collect()
+    return out
+
+
 def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
     out = []
     fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
@@ -290,23 +341,7 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--capacities", default="10000,1000000,10000000")
-    parser.add_argument("--prioritised-capacity", type=int, default=1_000_000)
-    parser.add_argument("--iters", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared box)")
-    parser.add_argument("--no-torchrl", action="store_true")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    machine = platform.processor() or platform.machine()
-    print(f"# torch {torch.__version__}, {machine}, device {device}, threads {args.threads}")
-    rows: list = []
-    for capacity in (int(c) for c in args.capacities.split(",")):
-        bench_capacity(capacity, device, args, rows)
+def print_rows(rows: list) -> None:
     print(
         "| capacity | buffer | add 256 (µs) | add CPU (µs) | add (M transitions/s) "
         "| sample 256 (µs) | sample CPU (µs) | sample (M transitions/s) | compile (s) |"
@@ -317,6 +352,50 @@ def main() -> None:
             f"| {capacity:.0e} | {name} | {t_add * 1e6:.1f} | {c_add * 1e6:.1f} | {BATCH / t_add / 1e6:.2f} | "
             f"{t_sample * 1e6:.1f} | {c_sample * 1e6:.1f} | {BATCH / t_sample / 1e6:.2f} | {compile_s:.1f} |"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--capacities", default="10000,1000000,10000000")
+    parser.add_argument("--prioritised-capacity", type=int, default=1_000_000)
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared box)")
+    parser.add_argument("--no-torchrl", action="store_true")
+    parser.add_argument(
+        "--no-scaling", action="store_true", help="skip the round-robin 1e4-vs-1e7 sample table"
+    )
+    parser.add_argument("--only-scaling", action="store_true", help="only the round-robin sample table")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    machine = platform.processor() or platform.machine()
+    print(f"# torch {torch.__version__}, {machine}, device {device}, threads {args.threads}")
+    rows: list = []
+    for capacity in (int(c) for c in args.capacities.split(",")):
+        if not args.only_scaling:
+            bench_capacity(capacity, device, args, rows)
+    if rows:
+        print_rows(rows)
+    if not args.no_scaling:
+        caps = sorted(int(c) for c in args.capacities.split(","))
+        small, large = caps[0], caps[-1]
+        print(f"\nsample 256 at {large:.0e} against {small:.0e}, both alive, timed in turn:\n")
+        print(f"| buffer | {small:.0e} (µs) | CPU | {large:.0e} (µs) | CPU | ratio wall | ratio CPU |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for name, (w_s, c_s), (w_l, c_l) in bench_scaling(small, large, device, args):
+            print(
+                f"| {name} | {w_s * 1e6:.1f} | {c_s * 1e6:.1f} | {w_l * 1e6:.1f} | {c_l * 1e6:.1f} "
+                f"| {w_l / w_s:.2f} | {c_l / c_s:.2f} |"
+            )
+    # What any compiled call costs here before doing work: guards, wrappers, launching one kernel.
+    count = torch.zeros((), dtype=torch.int64, device=device)
+    one_op = fcompile(lambda c: c + BATCH, dynamic=False)
+    t_one, c_one = time_call(lambda: one_op(count), device, args.iters, args.repeats)
+    print(
+        f"\nfixed cost of one compiled call (one scalar add): {t_one * 1e6:.1f} µs, CPU {c_one * 1e6:.1f} µs"
+    )
     prio = bench_prioritised(args.prioritised_capacity, device, args)
     print()
     print("| capacity | buffer | sample 256 + update 256 (µs) | CPU (µs) | compile (s) |")
