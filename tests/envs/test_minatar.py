@@ -14,17 +14,17 @@ from minatar.environments import breakout as mn_breakout
 from minatar.environments import space_invaders as mn_space_invaders
 
 import funrl.envs.minatar  # noqa: F401  (registers the ids)
-from funrl import random
+from funrl import control, random
 from funrl import tree as ftree
 from funrl.envs import make
 from funrl.envs.minatar.breakout import BreakoutState
 from funrl.envs.minatar.space_invaders import SpaceInvadersState
 
-# The compiled-vs-eager checks here capture every env in one full graph and run it through AOT
-# autograd's functionalisation ("aot_eager"); inductor code generation costs ~25 CPU-s per env on
-# a 2-core CI machine, so it runs for the wrapper stack over Catch (test_wrappers.py) and here
-# only when asked: FUNRL_TEST_COMPILE_BACKEND=inductor.
-COMPILE_BACKEND = os.environ.get("FUNRL_TEST_COMPILE_BACKEND", "aot_eager")
+# The compiled-vs-eager checks here capture every env in one full graph and run it through
+# inductor with funrl's options (funrl.control.compile), as users compile. On a slow machine
+# FUNRL_TEST_COMPILE_BACKEND=aot_eager keeps the capture and functionalisation but skips code
+# generation (~25-100 CPU-s here).
+COMPILE_BACKEND = os.environ.get("FUNRL_TEST_COMPILE_BACKEND", "inductor")
 
 IDS = ["Breakout-MinAtar", "SpaceInvaders-MinAtar"]
 
@@ -333,7 +333,10 @@ def test_compiled_equals_eager_for_both_games() -> None:
     keys0 = random.split(random.key(0), n)
     states = [torch.func.vmap(env.reset, in_dims=(0, None))(keys0, params)[1] for env, params in made]
     states = ftree.map(torch.Tensor.contiguous, states)  # no stride-0 leaves: no recompile
-    compiled = torch.compile(step_all, backend=COMPILE_BACKEND, fullgraph=True)
+    if COMPILE_BACKEND == "inductor":
+        compiled = control.compile(step_all)
+    else:
+        compiled = torch.compile(step_all, backend=COMPILE_BACKEND, fullgraph=True)
     eager_states = compiled_states = states
     ended = 0
     for t in range(40):
