@@ -19,6 +19,7 @@ run also measures gymnax's CartPole, the JAX peer, in a subprocess after funrl's
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -67,7 +68,20 @@ def make_chunk(
     return run
 
 
-def time_funrl(env_id: str, n: int, mode: str, steps: int, chunk: int, repeats: int, device):
+def time_funrl(
+    env_id: str,
+    n: int,
+    mode: str,
+    steps: int,
+    chunk: int,
+    repeats: int,
+    device,
+    unroll: int = 1,
+    options: dict | None = None,
+):
+    # Every (env, N) compiles the same code object anew; without a reset dynamo's recompile limit
+    # (8 per code object) ends the run at the ninth configuration.
+    torch._dynamo.reset()
     env, params = E.make(env_id)
     batched = E.vmap(env, n)
     space = env.action_space(params)
@@ -76,7 +90,9 @@ def time_funrl(env_id: str, n: int, mode: str, steps: int, chunk: int, repeats: 
     if mode == "eager":
         run = make_chunk(batched, params, space, n, chunk, device)
     else:
-        run = control.compile(make_chunk(batched, params, space, n, chunk, device), dynamic=False)
+        run = control.compile(
+            make_chunk(batched, params, space, n, chunk, device, unroll), dynamic=False, options=options
+        )
     t0 = time.perf_counter()
     obs, state, total = run(random.fold_in(key, 1), obs, state)  # warm-up (compiles)
     sync(device)
@@ -133,6 +149,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="env steps per repeat (per env)")
     parser.add_argument("--chunk", type=int, default=50, help="steps per call (one scan)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--cpp-wrapper",
+        action="store_true",
+        help="compiled: also rows with inductor's C++ wrapper (no Python between the loop's kernels)",
+    )
+    parser.add_argument(
+        "--unroll", nargs="+", type=int, default=[1], help="compiled: steps per scan iteration (one row each)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--gymnax-python", default=None, help="a Python with jax + gymnax: adds gymnax rows")
     args = parser.parse_args()
@@ -154,11 +178,20 @@ def main() -> None:
                     if env_id != "CartPole-v1" or device.type != "cpu":
                         continue
                     rate, first = time_gymnasium(n, args.steps, args.repeats), float("nan")
-                else:
-                    if mode == "compiled" and args.compiled_num_envs and n not in args.compiled_num_envs:
-                        continue
+                    print(f"| {env_id} | {n} | {mode} | {rate / 1e6:.4f} M | {first:.1f} |", flush=True)
+                elif mode == "eager":
                     rate, first = time_funrl(env_id, n, mode, args.steps, args.chunk, args.repeats, device)
-                print(f"| {env_id} | {n} | {mode} | {rate / 1e6:.4f} M | {first:.1f} |", flush=True)
+                    print(f"| {env_id} | {n} | {mode} | {rate / 1e6:.4f} M | {first:.1f} |", flush=True)
+                elif not args.compiled_num_envs or n in args.compiled_num_envs:
+                    wrappers = [False, True] if args.cpp_wrapper else [False]
+                    for unroll, cpp_wrapper in itertools.product(args.unroll, wrappers):
+                        options = {"cpp_wrapper": True} if cpp_wrapper else None
+                        rate, first = time_funrl(
+                            env_id, n, mode, args.steps, args.chunk, args.repeats, device, unroll, options
+                        )
+                        label = mode + (f", unroll {unroll}" if unroll > 1 else "")
+                        label += ", cpp_wrapper" if cpp_wrapper else ""
+                        print(f"| {env_id} | {n} | {label} | {rate / 1e6:.4f} M | {first:.1f} |", flush=True)
         if env_id == "CartPole-v1" and args.gymnax_python:
             peer = time_gymnax(args.gymnax_python, args.num_envs, args.steps, args.chunk, args.repeats)
             for n, row in peer["results"].items():
