@@ -188,5 +188,12 @@ def test_compiled_update_equals_eager(agent: common.Agent) -> None:
     assert int(compiled_state.gradient_count) == int(eager_state.gradient_count) == 6
     assert tree.tree_allclose(compiled_state.params, eager_state.params, rtol=1e-5, atol=1e-6)
     assert tree.tree_allclose(compiled_state.target_params, eager_state.target_params, rtol=1e-5, atol=1e-6)
-    assert tree.tree_equal(compiled_state.buffer.experience, eager_state.buffer.experience)
+    # Integer and bool leaves (actions, rewards, flags) exactly; float observations within an ulp or
+    # two: inductor's vectorised sin/cos and fused multiply-adds round the physics differently.
+    compiled_experience, eager_experience = compiled_state.buffer.experience, eager_state.buffer.experience
+    for name, eager_leaf in eager_experience.items():
+        if eager_leaf.dtype.is_floating_point:
+            torch.testing.assert_close(compiled_experience[name], eager_leaf, rtol=1e-5, atol=1e-6)
+        else:
+            assert torch.equal(compiled_experience[name], eager_leaf), name
     torch.testing.assert_close(compiled_metrics["loss"], eager_metrics["loss"], rtol=1e-5, atol=1e-6)
