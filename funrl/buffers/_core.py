@@ -109,8 +109,8 @@ def storage_zeros(
     :data:`HUGE_PAGE_BYTES` are an anonymous private mapping, aligned to a huge page and
     ``madvise(MADV_HUGEPAGE)``-d, wrapped without a copy by ``torch.frombuffer`` (the tensor keeps
     the mapping alive). Anonymous memory is zero and committed page by page on first write, like
-    ``torch.zeros``. Elsewhere (CUDA, small storages, systems without ``MADV_HUGEPAGE``) this is
-    ``torch.zeros``.
+    ``torch.zeros``. Elsewhere (CUDA, small storages, systems without ``MADV_HUGEPAGE`` or whose
+    kernel refuses it) this is ``torch.zeros``.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     numel = math.prod(shape)
@@ -118,7 +118,11 @@ def storage_zeros(
     if device.type != "cpu" or nbytes < HUGE_PAGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
         return torch.zeros(shape, dtype=dtype, device=device)
     region = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    region.madvise(mmap.MADV_HUGEPAGE)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # EINVAL where the kernel has no transparent huge pages: plain pages then
+        region.close()
+        return torch.zeros(shape, dtype=dtype, device=device)
     offset = -torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr() % HUGE_PAGE_BYTES
     return torch.frombuffer(region, dtype=dtype, count=numel, offset=offset).view(shape)
 

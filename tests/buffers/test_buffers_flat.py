@@ -1,5 +1,9 @@
 """Flat (uniform, circular) buffer: contents, sampling, donation rule, errors, vmap, compile."""
 
+import errno
+import mmap
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given
@@ -255,6 +259,26 @@ def _vma_flags(address: int) -> dict[str, str]:
                 key, _, value = line.partition(":")
                 fields[key] = value.strip()
     return fields
+
+
+def test_huge_page_storage_falls_back_to_plain_zeros_when_the_kernel_refuses_madvise():
+    class RefusingMapping(mmap.mmap):
+        closed_mappings = 0
+
+        def madvise(self, *args: int) -> None:
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+        def close(self) -> None:
+            RefusingMapping.closed_mappings += 1
+            super().close()
+
+    shape = (HUGE_PAGE_BYTES // 4 + 17, 2)
+    with mock.patch.object(mmap, "mmap", RefusingMapping):
+        storage = storage_zeros(shape, torch.float32)
+    assert RefusingMapping.closed_mappings == 1  # the unused mapping is released, not leaked
+    assert torch.equal(storage, torch.zeros(shape))
+    storage[-1] = 1.0
+    assert float(storage.sum()) == 2.0
 
 
 def test_large_cpu_storages_ask_for_transparent_huge_pages():
