@@ -128,6 +128,16 @@ def scan_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return xs
 
 
+def bool_flag_gae_coefficients(gamma: float, lmbda: float, dtype: torch.dtype) -> returns.Coefficients:
+    """GAE's ``(a_t, b_t)`` = (TD error, trace multiplier) from bool flags, shared by both ablations."""
+
+    def coefficients(rewards, values, next_values, terminated, truncated):
+        deltas = rewards + gamma * (~terminated).to(dtype) * next_values - values
+        return deltas, gamma * lmbda * (~(terminated | truncated)).to(dtype)
+
+    return coefficients
+
+
 def gae_materialised(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -139,8 +149,8 @@ def gae_materialised(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ablation: funrl's previous GAE formulation, TD errors and trace multipliers written out as
     whole tensors (from the bool flags) and then handed to the chunked scan."""
-    deltas = rewards + gamma * (~terminated).to(rewards.dtype) * next_values - values
-    trace = gamma * lmbda * (~(terminated | truncated)).to(rewards.dtype)
+    coefficients = bool_flag_gae_coefficients(gamma, lmbda, rewards.dtype)
+    deltas, trace = coefficients(rewards, values, next_values, terminated, truncated)
     advantages = reverse_linear_recurrence(deltas, trace)
     return advantages, advantages + values
 
@@ -156,17 +166,14 @@ def gae_bool_flags(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ablation: ``funrl.losses.gae``'s fused chunked scan with the bool flags read by the
     compiled kernels directly (no ``uint8`` copy)."""
-    dtype = rewards.dtype
-
-    def coefficients(rewards, values, next_values, terminated, truncated):
-        deltas = rewards + gamma * (~terminated).to(dtype) * next_values - values
-        return deltas, gamma * lmbda * (~(terminated | truncated)).to(dtype)
 
     def readout(advantages, rewards, values, *_):
         return advantages + values
 
     advantages, returns_ = returns._solve(
-        coefficients, (rewards, values, next_values, terminated, truncated), readout
+        bool_flag_gae_coefficients(gamma, lmbda, rewards.dtype),
+        (rewards, values, next_values, terminated, truncated),
+        readout,
     )
     return advantages, returns_
 
