@@ -26,14 +26,15 @@ from typing import NamedTuple
 import torch
 
 from funrl import random
-from funrl.envs.bsuite._common import check_positive_int
 from funrl.envs.core import Box, Discrete, Environment, EnvParams, check_action_static, time_limit_reached
 from funrl.envs.minatar._common import (
     GRID,
-    LEFT,
-    NUM_ACTIONS,
-    RIGHT,
+    action_space,
+    active_action_set,
+    bottom_row_cell,
+    check_minatar_options,
     grid_coords,
+    move_column,
     one_hot_cell,
     resolve_action,
 )
@@ -80,7 +81,7 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
 
     def observation(self, state: BreakoutState, params: BreakoutParams) -> torch.Tensor:
         """bool ``[10, 10, 4]``: paddle, ball, trail (the ball's previous cell), bricks."""
-        paddle = one_hot_cell(torch.full_like(state.pos, GRID - 1), state.pos)
+        paddle = bottom_row_cell(state.pos)
         ball = one_hot_cell(state.ball_y, state.ball_x)
         trail = one_hot_cell(state.last_y, state.last_x)
         return torch.stack([paddle, ball, trail, state.brick_map], dim=-1)
@@ -105,10 +106,9 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
 
     def step_env(self, key: torch.Tensor, state: BreakoutState, action: torch.Tensor, params: BreakoutParams):
         check_action_static(action, self.action_space(params))
-        action_set = MINIMAL_ACTION_SET if params.use_minimal_action_set else None
+        action_set = active_action_set(MINIMAL_ACTION_SET, params.use_minimal_action_set)
         a = resolve_action(key, action, state.last_action, action_set, params.sticky_action_prob)
-        pos = torch.where(a == LEFT, (state.pos - 1).clamp(min=0), state.pos)
-        pos = torch.where(a == RIGHT, (pos + 1).clamp(max=GRID - 1), pos)
+        pos = move_column(state.pos, a)
 
         # Directions 0..3 step by (-1,-1), (+1,-1), (+1,+1), (-1,+1); the flips are bit tricks on
         # MinAtar's tables: [1,0,3,2] = d ^ 1 (x), [3,2,1,0] = 3 - d (y), [2,3,0,1] = d ^ 2 (both).
@@ -160,15 +160,7 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
 
     def action_space(self, params: BreakoutParams | None = None) -> Discrete:
         params = self.default_params if params is None else params
-        return Discrete(len(MINIMAL_ACTION_SET) if params.use_minimal_action_set else NUM_ACTIONS)
-
-
-def check_minatar_options(sticky_action_prob: float, max_episode_steps: int) -> None:
-    if isinstance(sticky_action_prob, bool) or not isinstance(sticky_action_prob, (int, float)):
-        raise TypeError(f"sticky_action_prob: expected a float, got {type(sticky_action_prob).__name__}")
-    if not 0.0 <= sticky_action_prob <= 1.0:
-        raise ValueError(f"sticky_action_prob: expected a probability in [0, 1], got {sticky_action_prob}")
-    check_positive_int(max_episode_steps, "max_episode_steps")
+        return action_space(MINIMAL_ACTION_SET, params.use_minimal_action_set)
 
 
 def make_breakout(

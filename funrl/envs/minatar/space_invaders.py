@@ -32,14 +32,15 @@ from funrl.envs.core import Box, Discrete, Environment, EnvParams, check_action_
 from funrl.envs.minatar._common import (
     FIRE,
     GRID,
-    LEFT,
-    NUM_ACTIONS,
-    RIGHT,
+    action_space,
+    active_action_set,
+    bottom_row_cell,
+    check_minatar_options,
     grid_coords,
+    move_column,
     one_hot_cell,
     resolve_action,
 )
-from funrl.envs.minatar.breakout import check_minatar_options
 from funrl.envs.registry import register
 
 __all__ = ["SpaceInvaders", "SpaceInvadersParams", "SpaceInvadersState", "make_space_invaders"]
@@ -110,7 +111,7 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         return SpaceInvadersParams()
 
     def observation(self, state: SpaceInvadersState, params: SpaceInvadersParams) -> torch.Tensor:
-        cannon = one_hot_cell(torch.full_like(state.pos, GRID - 1), state.pos)
+        cannon = bottom_row_cell(state.pos)
         moving_left = state.alien_dir < 0
         return torch.stack(
             [
@@ -151,18 +152,15 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         self, key: torch.Tensor, state: SpaceInvadersState, action: torch.Tensor, params: SpaceInvadersParams
     ):
         check_action_static(action, self.action_space(params))
-        action_set = MINIMAL_ACTION_SET if params.use_minimal_action_set else None
+        action_set = active_action_set(MINIMAL_ACTION_SET, params.use_minimal_action_set)
         a = resolve_action(key, action, state.last_action, action_set, params.sticky_action_prob)
-        rows, cols = grid_coords(key.device)
 
-        # The cannon: fire (when cooled down), else move.
+        # The cannon: fire (when cooled down), else move (``f`` is neither ``l`` nor ``r``).
         fires = (a == FIRE) & (state.shot_timer == 0)
-        cannon_cell = one_hot_cell(torch.full_like(state.pos, GRID - 1), state.pos)
-        f_bullets = state.f_bullet_map | (cannon_cell & fires)
+        f_bullets = state.f_bullet_map | (bottom_row_cell(state.pos) & fires)
         shot_timer = torch.where(fires, SHOT_COOL_DOWN, state.shot_timer)
-        pos = torch.where(~fires & (a == LEFT), (state.pos - 1).clamp(min=0), state.pos)
-        pos = torch.where(~fires & (a == RIGHT), (pos + 1).clamp(max=GRID - 1), pos)
-        cannon_cell = one_hot_cell(torch.full_like(pos, GRID - 1), pos)
+        pos = move_column(state.pos, a)
+        cannon_cell = bottom_row_cell(pos)
 
         # Bullets.
         f_bullets = shift_rows(f_bullets, -1)
@@ -236,7 +234,7 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
 
     def action_space(self, params: SpaceInvadersParams | None = None) -> Discrete:
         params = self.default_params if params is None else params
-        return Discrete(len(MINIMAL_ACTION_SET) if params.use_minimal_action_set else NUM_ACTIONS)
+        return action_space(MINIMAL_ACTION_SET, params.use_minimal_action_set)
 
 
 def make_space_invaders(
