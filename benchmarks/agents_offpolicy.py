@@ -22,27 +22,17 @@ timings above.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from typing import Any
 
 import torch
 
+# Run as a script, this directory is on sys.path: the on-policy benchmark names the machine alike.
+from agents import _cpu_name  # benchmarks/agents.py
+
 from funrl import random
 from funrl.agents import common, dqn, sac, td3
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
 
 CONFIGS: dict[str, Any] = {
     # learning_starts=0: every update takes its gradient steps (the steady state of a run).
