@@ -106,6 +106,100 @@ class ContinuousOffPolicyConfig(OffPolicySchedule):
     env_kwargs: tuple[tuple[str, Any], ...] = ()
 
 
+def check_offpolicy_config(
+    config: Any, positive_ints: tuple[str, ...] = (), unit_interval: tuple[str, ...] = ()
+) -> None:
+    """Checks shared by the off-policy configs (names the field, what was expected, what came).
+
+    ``positive_ints`` and ``unit_interval`` name a config's own fields checked like the shared ones.
+    """
+    shared_ints = ("total_steps", "num_envs", "num_steps", "train_frequency", "buffer_size", "batch_size")
+    for name in shared_ints + positive_ints:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    steps_per_update = config.num_envs * config.num_steps
+    if steps_per_update % config.train_frequency:
+        raise ValueError(
+            f"train_frequency: expected a divisor of num_envs * num_steps = {steps_per_update}, "
+            f"got {config.train_frequency}"
+        )
+    if config.total_steps < steps_per_update:
+        raise ValueError(
+            f"total_steps: expected at least num_envs * num_steps = {steps_per_update}, got {config.total_steps}"
+        )
+    if isinstance(config.learning_starts, bool) or not isinstance(config.learning_starts, int):
+        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts!r}")
+    if config.learning_starts < 0:
+        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts}")
+    for name in ("gamma", "tau") + unit_interval:
+        if not 0.0 <= getattr(config, name) <= 1.0:
+            raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(config, name)}")
+
+
+def init_hparams(hparams_type: type, config: Any, overrides: dict[str, Any], device: torch.device) -> Any:
+    """``hparams_type`` (a NamedTuple of float32 scalars): each field from ``overrides`` or ``config``.
+
+    Raises ValueError naming any override that is not a field (not sweepable).
+    """
+    fields = hparams_type._fields
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {fields}")
+    return hparams_type(
+        **{
+            name: torch.as_tensor(
+                overrides.get(name, getattr(config, name)), dtype=torch.float32, device=device
+            )
+            for name in fields
+        }
+    )
+
+
+def dense(tree: Any) -> Any:
+    """Every leaf with standard strides (a copy where needed).
+
+    ``scan`` under ``torch.compile`` checks that the carry keeps its metadata, strides included;
+    with one environment, reset returns size-1 views whose strides (e.g. ``(4,)`` or ``(0,)``)
+    differ from what a step produces, so the carry is normalised first.
+    """
+    return ftree.map(lambda x: x.clone(memory_format=torch.contiguous_format), tree)
+
+
+def replay_example(obs: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One replay item: ``obs``, ``action`` (like the given one), ``reward``, ``next_obs``, ``terminated``.
+
+    ``obs`` is the batched ``[num_envs, ...]`` observation; observations are stored as float32.
+    """
+    device = obs.device
+    return {
+        "obs": obs[0].to(torch.float32),
+        "action": action,
+        "reward": torch.zeros((), dtype=torch.float32, device=device),
+        "next_obs": obs[0].to(torch.float32),
+        "terminated": torch.zeros((), dtype=torch.bool, device=device),
+    }
+
+
+def episode_metrics(info: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``episode_return`` (mean over the episodes that ended; NaN if none) and ``episodes`` (their count)
+    from a rollout's ``returned_episode`` statistics, without a host sync."""
+    finished = info["returned_episode"]
+    n_finished = finished.sum()
+    episode_return = torch.where(finished, info["returned_episode_return"], 0.0).sum() / n_finished
+    return {"episode_return": episode_return, "episodes": n_finished}
+
+
+def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
+    """``new`` where ``active`` else ``old``, leaf by leaf (branch-free)."""
+    return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
+
+
+def sgd(params: Any, updates: Any, lr: torch.Tensor) -> Any:
+    """``params - lr * updates`` (Adam's direction, the learning rate a tensor so it can be swept)."""
+    return ftree.map(lambda p, u: p - lr * u, params, updates)
+
+
 class NonFiniteError(FloatingPointError):
     """A loss term or gradient became NaN or infinite; names the update, the seed and the term."""
 

@@ -41,7 +41,19 @@ import torch
 from funrl import buffers, envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, OffPolicySchedule, make_batched_env
+from funrl.agents.common import (
+    Agent,
+    BatchedEnvLike,
+    OffPolicySchedule,
+    check_offpolicy_config,
+    dense,
+    episode_metrics,
+    init_hparams,
+    make_batched_env,
+    masked,
+    replay_example,
+    sgd,
+)
 from funrl.control import scan
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNTrainState", "make_train", "linear_epsilon"]
@@ -72,40 +84,16 @@ class DQNConfig(OffPolicySchedule):
     env_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in (
-            "total_steps",
-            "num_envs",
-            "num_steps",
-            "train_frequency",
-            "buffer_size",
-            "batch_size",
-            "target_network_frequency",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
-        if self.steps_per_update % self.train_frequency:
-            raise ValueError(
-                f"train_frequency: expected a divisor of num_envs * num_steps = {self.steps_per_update}, "
-                f"got {self.train_frequency}"
-            )
+        check_offpolicy_config(
+            self,
+            positive_ints=("target_network_frequency",),
+            unit_interval=("start_e", "end_e", "exploration_fraction"),
+        )
         if self.target_network_frequency % self.train_frequency:
             raise ValueError(
                 f"target_network_frequency: expected a multiple of train_frequency={self.train_frequency}, "
                 f"got {self.target_network_frequency}"
             )
-        if self.total_steps < self.steps_per_update:
-            raise ValueError(
-                f"total_steps: expected at least num_envs * num_steps = {self.steps_per_update}, "
-                f"got {self.total_steps}"
-            )
-        if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int):
-            raise ValueError(f"learning_starts: expected an int >= 0, got {self.learning_starts!r}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts: expected an int >= 0, got {self.learning_starts}")
-        for name in ("gamma", "tau", "start_e", "end_e", "exploration_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate: expected a value > 0, got {self.learning_rate}")
         if self.loss_type not in ("mse", "huber"):
@@ -152,16 +140,6 @@ def epsilon_greedy(key: torch.Tensor, q_values: torch.Tensor, epsilon: torch.Ten
     return torch.where(explore_u < epsilon, random_action, q_values.argmax(dim=-1))
 
 
-def dense(tree: Any) -> Any:
-    """Every leaf with standard strides (a copy where needed).
-
-    ``scan`` under ``torch.compile`` checks that the carry keeps its metadata, strides included;
-    with one environment, reset returns size-1 views whose strides (e.g. ``(4,)`` or ``(0,)``)
-    differ from what a step produces, so the carry is normalised first.
-    """
-    return ftree.map(lambda x: x.clone(memory_format=torch.contiguous_format), tree)
-
-
 def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
     """Build DQN for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, greedy_action).
 
@@ -194,30 +172,20 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         return nets.apply(module, params, flat)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> DQNTrainState:
-        unknown = set(hparam_overrides) - set(DQNHyperParams._fields)
-        if unknown:
-            raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {DQNHyperParams._fields}")
+        hparams = init_hparams(DQNHyperParams, config, hparam_overrides, device)
         key_params, key_env = random.split(key)
         params = {k: v.to(device) for k, v in nets.init(module, key_params).items()}
         obs, env_state = benv.reset(key_env.to(device), env_params)
-        example = {
-            "obs": obs[0].to(torch.float32),
-            "action": torch.zeros((), dtype=torch.int64, device=device),
-            "reward": torch.zeros((), dtype=torch.float32, device=device),
-            "next_obs": obs[0].to(torch.float32),
-            "terminated": torch.zeros((), dtype=torch.bool, device=device),
-        }
-        lr = hparam_overrides.get("learning_rate", config.learning_rate)
         return DQNTrainState(
             params=params,
             target_params=ftree.map(torch.clone, params),
             opt_state=tx.init(params),
-            buffer=buffer.init(example),
+            buffer=buffer.init(replay_example(obs, torch.zeros((), dtype=torch.int64, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
             gradient_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=DQNHyperParams(torch.as_tensor(lr, dtype=torch.float32, device=device)),
+            hparams=hparams,
         )
 
     def loss_fn(params, target_params, batch: dict[str, torch.Tensor]):
@@ -263,14 +231,14 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             batch = buffer.sample(buffer_state, step_key, config.batch_size).items
             grads, (loss, metrics) = grad_fn(params, target_params, batch)
             updates, new_opt_state = tx.update(grads, opt_state, params)
-            new_params = {k: p - lr * updates[k] for k, p in params.items()}
+            new_params = sgd(params, updates, lr)
             new_count = count + active.to(count.dtype)
             refresh = active & (new_count % target_period == 0)
             new_target = L.polyak(target_params, new_params, config.tau)
             carry = (
-                ftree.map(lambda new, old: torch.where(active, new, old), new_params, params),
-                ftree.map(lambda new, old: torch.where(refresh, new, old), new_target, target_params),
-                ftree.map(lambda new, old: torch.where(active, new, old), new_opt_state, opt_state),
+                masked(active, new_params, params),
+                masked(refresh, new_target, target_params),
+                masked(active, new_opt_state, opt_state),
                 new_count,
             )
             return carry, {"loss": loss, **metrics, "grad_norm": optim.global_norm(grads)}
@@ -280,11 +248,8 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         (params, target_params, opt_state, gradient_count), step_metrics = scan(
             gradient_step, carry, step_keys
         )
-        finished = traj.info["returned_episode"]
-        n_finished = finished.sum()
-        episode_return = torch.where(finished, traj.info["returned_episode_return"], 0.0).sum() / n_finished
         metrics = {k: v.mean() for k, v in step_metrics.items()}
-        metrics.update(episode_return=episode_return, episodes=n_finished, epsilon=epsilon)
+        metrics.update(episode_metrics(traj.info), epsilon=epsilon)
         new_state = DQNTrainState(
             params=params,
             target_params=target_params,

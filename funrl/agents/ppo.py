@@ -28,7 +28,7 @@ import torch
 
 from funrl import envs, nets, optim, random
 from funrl import losses as L
-from funrl.agents.common import Agent, BatchedEnvLike, make_batched_env
+from funrl.agents.common import Agent, BatchedEnvLike, episode_metrics, make_batched_env, sgd
 from funrl.control import scan
 from funrl.nets import distributions
 from funrl.nets.initializers import orthogonal
@@ -244,21 +244,14 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             minibatch = {k: v[idx] for k, v in data.items()}
             grads, (loss, metrics) = grad_fn(params, hp, minibatch)
             updates, opt_state = tx.update(grads, opt_state, params)
-            params = {k: p - lr * updates[k] for k, p in params.items()}
+            params = sgd(params, updates, lr)
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
             return (params, opt_state), metrics
 
         (params, opt_state), step_metrics = scan(sgd_step, (state.params, state.opt_state), orders)
         info = traj.info
-        finished = info["returned_episode"]
-        n_finished = finished.sum()
-        episode_return = torch.where(finished, info["returned_episode_return"], 0.0).sum() / n_finished
         metrics = {k: v.mean() for k, v in step_metrics.items()}
-        metrics.update(
-            episode_return=episode_return,
-            episodes=n_finished,
-            learning_rate=lr,
-        )
+        metrics.update(episode_metrics(info), learning_rate=lr)
         new_state = PPOTrainState(
             params=params,
             opt_state=opt_state,

@@ -35,36 +35,22 @@ import torch
 from funrl import buffers, envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, ContinuousOffPolicyConfig, make_batched_env
-from funrl.agents.dqn import dense
+from funrl.agents.common import (
+    Agent,
+    BatchedEnvLike,
+    ContinuousOffPolicyConfig,
+    check_offpolicy_config,
+    dense,
+    episode_metrics,
+    init_hparams,
+    make_batched_env,
+    masked,
+    replay_example,
+    sgd,
+)
 from funrl.control import scan
 
 __all__ = ["SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
-
-
-def check_offpolicy_config(config: Any) -> None:
-    """Checks shared by the SAC and TD3 configs (names the field, what was expected, what came)."""
-    for name in ("total_steps", "num_envs", "num_steps", "train_frequency", "buffer_size", "batch_size"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    steps_per_update = config.num_envs * config.num_steps
-    if steps_per_update % config.train_frequency:
-        raise ValueError(
-            f"train_frequency: expected a divisor of num_envs * num_steps = {steps_per_update}, "
-            f"got {config.train_frequency}"
-        )
-    if config.total_steps < steps_per_update:
-        raise ValueError(
-            f"total_steps: expected at least num_envs * num_steps = {steps_per_update}, got {config.total_steps}"
-        )
-    if isinstance(config.learning_starts, bool) or not isinstance(config.learning_starts, int):
-        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts!r}")
-    if config.learning_starts < 0:
-        raise ValueError(f"learning_starts: expected an int >= 0, got {config.learning_starts}")
-    for name in ("gamma", "tau"):
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(config, name)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,18 +133,6 @@ def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.devi
     )
 
 
-def transition_example(obs: torch.Tensor, action_dim: int) -> dict[str, torch.Tensor]:
-    """One buffer item: ``obs``, ``action`` (in ``[-1, 1]``), ``reward``, ``next_obs``, ``terminated``."""
-    device = obs.device
-    return {
-        "obs": obs[0].to(torch.float32),
-        "action": torch.zeros(action_dim, dtype=torch.float32, device=device),
-        "reward": torch.zeros((), dtype=torch.float32, device=device),
-        "next_obs": obs[0].to(torch.float32),
-        "terminated": torch.zeros((), dtype=torch.bool, device=device),
-    }
-
-
 def collect(
     setup: ContinuousSetup,
     policy: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -188,20 +162,7 @@ def collect(
         "next_obs": traj.final_obs.reshape(n, *setup.obs_shape).to(torch.float32),
         "terminated": traj.terminated.reshape(n),
     }
-    finished = traj.info["returned_episode"]
-    n_finished = finished.sum()
-    episode_return = torch.where(finished, traj.info["returned_episode_return"], 0.0).sum() / n_finished
-    return rollout_state, transitions, {"episode_return": episode_return, "episodes": n_finished}
-
-
-def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
-    """``new`` where ``active`` else ``old``, leaf by leaf (branch-free)."""
-    return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
-
-
-def sgd(params: Any, updates: Any, lr: torch.Tensor) -> Any:
-    """``params - lr * updates`` (Adam's direction, the learning rate a tensor so it can be swept)."""
-    return ftree.map(lambda p, u: p - lr * u, params, updates)
+    return rollout_state, transitions, episode_metrics(traj.info)
 
 
 def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
@@ -229,15 +190,12 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
-        unknown = set(hparam_overrides) - set(SACHyperParams._fields)
-        if unknown:
-            raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {SACHyperParams._fields}")
+        hparams = init_hparams(SACHyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
         actor_params = {k: v.to(device) for k, v in nets.init(actor, key_actor).items()}
         critic_params = {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()}
         obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
         log_alpha = torch.tensor(math.log(config.alpha), dtype=torch.float32, device=device)
-        hp = {name: hparam_overrides.get(name, getattr(config, name)) for name in SACHyperParams._fields}
         return SACTrainState(
             params={"actor": actor_params, "critic": critic_params},
             target_critic=ftree.map(torch.clone, critic_params),
@@ -245,13 +203,11 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             critic_opt=tx.init(critic_params),
             log_alpha=log_alpha,
             alpha_opt=tx.init(log_alpha),
-            buffer=buffer.init(transition_example(obs, setup.action_dim)),
+            buffer=buffer.init(replay_example(obs, torch.zeros(setup.action_dim, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=SACHyperParams(
-                **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in hp.items()}
-            ),
+            hparams=hparams,
         )
 
     critic_grad = torch.func.grad_and_value(L.sac_critic_objective, has_aux=True)

@@ -32,15 +32,17 @@ from torch import nn
 from funrl import buffers, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, BatchedEnvLike, ContinuousOffPolicyConfig
-from funrl.agents.sac import (
+from funrl.agents.common import (
+    Agent,
+    BatchedEnvLike,
+    ContinuousOffPolicyConfig,
     check_offpolicy_config,
-    collect,
-    continuous_setup,
+    init_hparams,
     masked,
+    replay_example,
     sgd,
-    transition_example,
 )
+from funrl.agents.sac import collect, continuous_setup
 from funrl.control import scan
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3TrainState", "DeterministicActor", "make_train"]
@@ -128,29 +130,24 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
-        unknown = set(hparam_overrides) - set(TD3HyperParams._fields)
-        if unknown:
-            raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {TD3HyperParams._fields}")
+        hparams = init_hparams(TD3HyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
         params = {
             "actor": {k: v.to(device) for k, v in nets.init(actor, key_actor).items()},
             "critic": {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()},
         }
         obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
-        hp = {name: hparam_overrides.get(name, getattr(config, name)) for name in TD3HyperParams._fields}
         return TD3TrainState(
             params=params,
             target_params=ftree.map(torch.clone, params),
             actor_opt=tx.init(params["actor"]),
             critic_opt=tx.init(params["critic"]),
-            buffer=buffer.init(transition_example(obs, setup.action_dim)),
+            buffer=buffer.init(replay_example(obs, torch.zeros(setup.action_dim, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
             gradient_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=TD3HyperParams(
-                **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in hp.items()}
-            ),
+            hparams=hparams,
         )
 
     critic_grad = torch.func.grad_and_value(L.td3_critic_objective, has_aux=True)
