@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from env_rollouts import random_rollout, vmapped_reset_equals_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -209,24 +210,11 @@ def test_discounting_chain_matches_bsuite(mapping_seed: int) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def run(env_id: str, seed: int, steps: int, **kwargs):
-    env, params = make(env_id, **kwargs)
-    key = random.key(seed)
-    obs, state = env.reset(random.fold_in(key, 0), params)
-    outs = [(obs, state)]
-    for t in range(steps):
-        k_act, k_step = random.split(random.fold_in(key, t + 1))
-        out = env.step(k_step, state, random_action(env, params, k_act), params)
-        state = out[1]
-        outs.append(out)
-    return outs
-
-
 @pytest.mark.parametrize("env_id", IDS)
 @settings(max_examples=5)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_purity(env_id: str, seed: int) -> None:
-    assert ftree.tree_equal(run(env_id, seed, 12), run(env_id, seed, 12))
+    assert ftree.tree_equal(random_rollout(env_id, seed, 12), random_rollout(env_id, seed, 12))
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -234,12 +222,9 @@ def test_vmap_equals_loop_and_spaces(env_id: str) -> None:
     env, params = make(env_id)
     n = 6
     keys = random.split(random.key(9), n)
-    obs, state = torch.func.vmap(env.reset, in_dims=(0, None))(keys, params)
+    obs, state, loop_states = vmapped_reset_equals_loop(env, params, keys)
     space = env.observation_space(params)
     assert obs.shape == (n,) + tuple(space.shape) and obs.dtype == space.dtype
-    loop = [env.reset(keys[i], params) for i in range(n)]
-    assert ftree.tree_equal((obs, state), ftree.stack(loop))
-    loop_states = [s for _, s in loop]
     step = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))
     for t in range(15):
         k_act, k_step = random.split(random.fold_in(random.key(3), t))

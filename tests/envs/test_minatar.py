@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from env_rollouts import random_rollout, vmapped_reset_equals_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from minatar.environments import breakout as mn_breakout
@@ -257,24 +258,11 @@ def test_action_sets_follow_minatar(env_id: str, minimal: tuple[int, ...], full:
 # ------------------------------------------------------------------------------------------------
 
 
-def run(env_id: str, seed: int, steps: int):
-    env, params = make(env_id)
-    key = random.key(seed)
-    outs = [env.reset(random.fold_in(key, 0), params)]
-    state = outs[0][1]
-    for t in range(steps):
-        k_act, k_step = random.split(random.fold_in(key, t + 1))
-        out = env.step(k_step, state, env.action_space(params).sample(k_act), params)
-        state = out[1]
-        outs.append(out)
-    return outs
-
-
 @pytest.mark.parametrize("env_id", IDS)
 @settings(max_examples=4)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_purity(env_id: str, seed: int) -> None:
-    assert ftree.tree_equal(run(env_id, seed, 15), run(env_id, seed, 15))
+    assert ftree.tree_equal(random_rollout(env_id, seed, 15), random_rollout(env_id, seed, 15))
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -282,10 +270,7 @@ def test_vmap_equals_loop_and_final_obs(env_id: str) -> None:
     env, params = make(env_id)
     n = 5
     keys = random.split(random.key(4), n)
-    obs, state = torch.func.vmap(env.reset, in_dims=(0, None))(keys, params)
-    loop = [env.reset(keys[i], params) for i in range(n)]
-    assert ftree.tree_equal((obs, state), ftree.stack(loop))
-    loop_states = [s for _, s in loop]
+    obs, state, loop_states = vmapped_reset_equals_loop(env, params, keys)
     step = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))
     space = env.observation_space(params)
     ended = 0
