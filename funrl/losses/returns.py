@@ -192,8 +192,12 @@ def _solve(
 
 
 def _time_varying(x: Scalar, ref: torch.Tensor) -> Scalar:
-    """A hyper-parameter with a time dim (same ``dim`` as the data) is sliced with the data."""
-    if isinstance(x, torch.Tensor) and x.dim() == ref.dim():
+    """A tensor hyper-parameter (checked broadcastable to the data) as a view of the data's shape,
+    so the scan slices it along time with the data; a Python number passes through.
+
+    Every tensor is expanded, not only per-step ones: the scan slices every tensor input along
+    time, so a per-environment ``[N]`` or a 0-d tensor must gain the time dim first."""
+    if isinstance(x, torch.Tensor):
         return x.expand_as(ref)
     return x
 

@@ -497,24 +497,26 @@ def test_fused_solve_with_readout_equals_reverse_loop(batch, block):
     torch.testing.assert_close(y, expected * other)
 
 
-@given(batches, rates, rates, st.sampled_from(["float", "per_env", "per_step"]))
+@given(batches, rates, rates, st.sampled_from(["float", "scalar_tensor", "per_env", "per_step"]))
 def test_gae_traced_path_matches_reference_loop(batch, gamma, lmbda, gamma_kind):
     d = make_batch(*batch)
     length, envs = d["rewards"].shape
     gammas = {
         "float": gamma,
+        "scalar_tensor": torch.tensor(gamma, dtype=DTYPE),
         "per_env": torch.full((envs,), gamma, dtype=DTYPE),
         "per_step": torch.full((length, 1), gamma, dtype=DTYPE),
     }
-    adv, ret = gae(
-        d["rewards"],
-        d["values"],
-        d["next_values"],
-        d["terminated"],
-        d["truncated"],
-        gammas[gamma_kind],
-        lmbda,
-    )
+    with traced_path():
+        adv, ret = gae(
+            d["rewards"],
+            d["values"],
+            d["next_values"],
+            d["terminated"],
+            d["truncated"],
+            gammas[gamma_kind],
+            lmbda,
+        )
     expected = ref_gae(
         d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], gamma, lmbda
     )
