@@ -16,7 +16,7 @@ import torch
 
 from funrl.envs import core
 from funrl.envs.core import Box, Environment, EnvParams
-from funrl.envs.mountain_car import MountainCar, MountainCarState, at_least, hit_left_wall, reset_car
+from funrl.envs.mountain_car import MountainCar, MountainCarState, car_observation_space, drive, reset_car
 from funrl.envs.registry import register
 
 __all__ = ["ContinuousMountainCar", "ContinuousMountainCarParams"]
@@ -66,16 +66,10 @@ class ContinuousMountainCar(Environment[MountainCarState, ContinuousMountainCarP
         p = params
         a = action[0].to(torch.float32)
         force = torch.clamp(a, p.min_action, p.max_action)
-        velocity = state.velocity + force * p.power - p.gravity * torch.cos(3 * state.position)
-        velocity = torch.clamp(velocity, -p.max_speed, p.max_speed)
-        position = torch.clamp(state.position + velocity, p.min_position, p.max_position)
-        velocity = hit_left_wall(position, velocity, p.min_position)
-        terminated = at_least(position, p.goal_position) & at_least(velocity, p.goal_velocity)
+        new_state, terminated = drive(state, force * p.power, p)
         reward = torch.where(terminated, 100.0, 0.0) - a.square() * 0.1
-        time = state.time + 1
-        new_state = MountainCarState(position, velocity, time)
         obs = MountainCar.get_obs(new_state)
-        return obs, new_state, reward, terminated, core.time_limit_reached(time, p), {}
+        return obs, new_state, reward, terminated, core.time_limit_reached(new_state.time, p), {}
 
     def reset_env(
         self, key: torch.Tensor, params: ContinuousMountainCarParams
@@ -83,8 +77,7 @@ class ContinuousMountainCar(Environment[MountainCarState, ContinuousMountainCarP
         return reset_car(key, params)
 
     def observation_space(self, params: ContinuousMountainCarParams | None = None) -> Box:
-        p = self.default_params if params is None else params
-        return Box((p.min_position, -p.max_speed), (p.max_position, p.max_speed), (2,), torch.float32)
+        return car_observation_space(self.default_params if params is None else params)
 
     def action_space(self, params: ContinuousMountainCarParams | None = None) -> Box:
         p = self.default_params if params is None else params

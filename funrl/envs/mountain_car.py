@@ -18,7 +18,16 @@ from funrl.envs import core
 from funrl.envs.core import Box, Discrete, Environment, EnvParams
 from funrl.envs.registry import register
 
-__all__ = ["MountainCar", "MountainCarParams", "MountainCarState", "at_least", "hit_left_wall", "reset_car"]
+__all__ = [
+    "MountainCar",
+    "MountainCarParams",
+    "MountainCarState",
+    "at_least",
+    "car_observation_space",
+    "drive",
+    "hit_left_wall",
+    "reset_car",
+]
 
 
 class MountainCarState(NamedTuple):
@@ -58,6 +67,24 @@ def hit_left_wall(position: torch.Tensor, velocity: torch.Tensor, min_position: 
     return torch.where((position == min_position) & (velocity < 0), torch.zeros_like(velocity), velocity)
 
 
+def drive(state: MountainCarState, push: torch.Tensor, params: Any) -> tuple[MountainCarState, torch.Tensor]:
+    """Both cars' step: ``v += push - gravity cos(3x)`` clipped to the speed limit, ``x += v`` clipped
+    to the track, stopped at the left wall; returns the next state and ``terminated`` (the goal)."""
+    p = params
+    velocity = state.velocity + push - p.gravity * torch.cos(3 * state.position)
+    velocity = torch.clamp(velocity, -p.max_speed, p.max_speed)
+    position = torch.clamp(state.position + velocity, p.min_position, p.max_position)
+    velocity = hit_left_wall(position, velocity, p.min_position)
+    terminated = at_least(position, p.goal_position) & at_least(velocity, p.goal_velocity)
+    return MountainCarState(position, velocity, state.time + 1), terminated
+
+
+def car_observation_space(params: Any) -> Box:
+    """``[position, velocity]`` within the track and the speed limit, float32."""
+    p = params
+    return Box((p.min_position, -p.max_speed), (p.max_position, p.max_speed), (2,), torch.float32)
+
+
 def reset_car(key: torch.Tensor, params: Any) -> tuple[torch.Tensor, MountainCarState]:
     """Both cars' reset: ``x ~ U[reset_low, reset_high)``, ``v = 0``."""
     position = core.reset_uniform(key, 1, params.reset_low, params.reset_high)[0]
@@ -85,20 +112,10 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
         self, key: torch.Tensor, state: MountainCarState, action: torch.Tensor, params: MountainCarParams
     ) -> tuple[torch.Tensor, MountainCarState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         core.check_action_static(action, self.action_space(params))
-        p = params
-        velocity = (
-            state.velocity
-            + (action - 1).to(torch.float32) * p.force
-            + torch.cos(3 * state.position) * (-p.gravity)
-        )
-        velocity = torch.clamp(velocity, -p.max_speed, p.max_speed)
-        position = torch.clamp(state.position + velocity, p.min_position, p.max_position)
-        velocity = hit_left_wall(position, velocity, p.min_position)
-        terminated = at_least(position, p.goal_position) & at_least(velocity, p.goal_velocity)
-        time = state.time + 1
-        new_state = MountainCarState(position, velocity, time)
-        reward = torch.full_like(position, -1.0)
-        return self.get_obs(new_state), new_state, reward, terminated, core.time_limit_reached(time, p), {}
+        new_state, terminated = drive(state, (action - 1).to(torch.float32) * params.force, params)
+        reward = torch.full_like(new_state.position, -1.0)
+        truncated = core.time_limit_reached(new_state.time, params)
+        return self.get_obs(new_state), new_state, reward, terminated, truncated, {}
 
     def reset_env(
         self, key: torch.Tensor, params: MountainCarParams
@@ -110,8 +127,7 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
         return torch.stack([state.position, state.velocity], dim=-1)
 
     def observation_space(self, params: MountainCarParams | None = None) -> Box:
-        p = self.default_params if params is None else params
-        return Box((p.min_position, -p.max_speed), (p.max_position, p.max_speed), (2,), torch.float32)
+        return car_observation_space(self.default_params if params is None else params)
 
     def action_space(self, params: MountainCarParams | None = None) -> Discrete:
         return Discrete(3)
