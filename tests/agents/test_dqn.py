@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import offpolicy_checks as checks
 import pytest
 import torch
 
-from funrl import buffers, random, tree
+from funrl import random, tree
 from funrl.agents import common, dqn, run
-from funrl.agents.checkpoint import load_checkpoint
 
 TINY = dqn.DQNConfig(
     env_id="CartPole-v1",
@@ -32,11 +32,6 @@ TINY = dqn.DQNConfig(
 @pytest.fixture(scope="module")
 def agent() -> common.Agent:
     return dqn.make_train(TINY)
-
-
-def fresh(state):
-    """An independent copy (new buffer storage and counters): what `update` may consume."""
-    return tree.map(torch.clone, state)
 
 
 @pytest.mark.parametrize(
@@ -84,20 +79,7 @@ def test_epsilon_greedy_extremes() -> None:
 
 
 def test_update_is_pure_given_fresh_copies_and_stale_state_is_refused(agent: common.Agent) -> None:
-    state, run_key = common.init_state(agent, random.key(3))
-    state, _ = agent.update(state, random.fold_in(run_key, 0))
-    key = random.fold_in(run_key, 1)
-    snapshot = fresh(state)
-    a, metrics_a = agent.update(fresh(state), key)
-    b, metrics_b = agent.update(fresh(state), key)
-    assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
-    c, _ = agent.update(state, key)  # consumes `state`'s storage
-    assert tree.tree_equal(c, a)
-    # Donation touches the replay storage only: every other leaf of `state` is as it was.
-    assert tree.tree_equal(state._replace(buffer=None), snapshot._replace(buffer=None))
-    assert not tree.tree_equal(state.buffer.experience, snapshot.buffer.experience)
-    with pytest.raises(buffers.StaleStateError, match="stale"):
-        agent.update(state, key)
+    checks.check_update_is_pure_and_stale_state_is_refused(agent, seed=3)
 
 
 def test_learning_starts_masks_gradient_steps_then_trains(agent: common.Agent) -> None:
@@ -114,20 +96,11 @@ def test_learning_starts_masks_gradient_steps_then_trains(agent: common.Agent) -
 
 
 def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
-    keys = common.seed_keys(0, 2)
-    state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=4)
-    for i in range(2):
-        state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=4)
-        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(metrics_v["loss"][:, i], metrics_i["loss"], rtol=1e-4, atol=1e-5)
+    checks.check_vmapped_seeds_equal_single_runs(agent, num_updates=4, loss="loss")
 
 
 def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    run.train_run("dqn", TINY, out, num_seeds=2, compile=False, progress=False, stop_after=2, log_every=1)
-    agent = dqn.make_train(TINY)
-    good, _ = load_checkpoint(out / run.CHECKPOINT, common.init_state(agent, common.seed_keys(0, 2)))
-    state, run_key = good
+    agent, state, run_key = checks.two_seed_checkpoint("dqn", TINY, dqn.make_train, tmp_path / "run")
     state = state._replace(hparams=state.hparams._replace(learning_rate=torch.tensor([2.5e-4, float("nan")])))
     with pytest.raises(common.NonFiniteError, match=r"non-finite loss .* at update 3, seed 1"):
         common.train(
@@ -136,16 +109,8 @@ def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
 
 
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
-    full, _ = run.train_run("dqn", TINY, tmp_path / "full", compile=False, progress=False, checkpoint_every=4)
-    part = tmp_path / "part"
-    run.train_run("dqn", TINY, part, compile=False, progress=False, checkpoint_every=4, stop_after=5)
-    resumed, _ = run.train_run(
-        "dqn", None, part, resume=True, compile=False, progress=False, checkpoint_every=4
-    )
+    part = checks.check_resume_is_bitwise_exact("dqn", TINY, tmp_path, checkpoint_every=4, stop_after=5)
     assert json.loads((part / run.CONFIG).read_text())["algo"] == "dqn"
-    assert tree.tree_equal(resumed, full)  # params, targets, optimiser, replay storage, env state
-    rows = (part / run.METRICS).read_text().splitlines()
-    assert rows[1:] == (tmp_path / "full" / run.METRICS).read_text().splitlines()[1:]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -179,7 +144,7 @@ def test_cli_train_dqn_then_eval_json(tmp_path: Path) -> None:
 def test_compiled_update_equals_eager(agent: common.Agent) -> None:
     """The whole iteration (rollout scan, in-place buffer add, gradient-step scan) as one graph."""
     state, run_key = common.init_state(agent, random.key(0))
-    eager_state, compiled_state = fresh(state), fresh(state)
+    eager_state, compiled_state = checks.fresh(state), checks.fresh(state)
     eager_step = common.make_step(agent, batched=False, compile=False)
     compiled_step = common.make_step(agent, batched=False, compile=True)
     for _ in range(4):  # warm-up mask off, then on (gradient and target steps)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import offpolicy_checks as checks
 import point_env
 import pytest
 import torch
 
 from funrl import buffers, random, tree
-from funrl.agents import common, run, td3
-from funrl.agents.checkpoint import load_checkpoint
+from funrl.agents import common, td3
 
 TINY = td3.TD3Config(
     env_id=point_env.ENV_ID,
@@ -28,10 +28,6 @@ TINY = td3.TD3Config(
 @pytest.fixture(scope="module")
 def agent() -> common.Agent:
     return td3.make_train(TINY)
-
-
-def fresh(state):
-    return tree.map(torch.clone, state)
 
 
 @pytest.mark.parametrize(
@@ -60,18 +56,7 @@ def test_make_train_rejects_discrete_env() -> None:
 
 
 def test_update_is_pure_given_fresh_copies_and_stale_state_is_refused(agent: common.Agent) -> None:
-    state, run_key = common.init_state(agent, random.key(1))
-    state, _ = agent.update(state, random.fold_in(run_key, 0))
-    key = random.fold_in(run_key, 1)
-    snapshot = fresh(state)
-    a, metrics_a = agent.update(fresh(state), key)
-    b, metrics_b = agent.update(fresh(state), key)
-    assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
-    c, _ = agent.update(state, key)
-    assert tree.tree_equal(c, a)
-    assert tree.tree_equal(state._replace(buffer=None), snapshot._replace(buffer=None))
-    with pytest.raises(buffers.StaleStateError, match="stale"):
-        agent.update(state, key)
+    checks.check_update_is_pure_and_stale_state_is_refused(agent, seed=1)
 
 
 def test_actor_and_targets_move_every_policy_frequency_steps(agent: common.Agent) -> None:
@@ -100,23 +85,11 @@ def test_greedy_action_is_scaled_into_the_env_box(agent: common.Agent) -> None:
 
 
 def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
-    keys = common.seed_keys(0, 2)
-    state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=5)
-    for i in range(2):
-        state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=5)
-        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(
-            metrics_v["critic_loss"][:, i], metrics_i["critic_loss"], rtol=1e-4, atol=1e-5
-        )
+    checks.check_vmapped_seeds_equal_single_runs(agent, num_updates=5, loss="critic_loss")
 
 
 def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    run.train_run("td3", TINY, out, num_seeds=2, compile=False, progress=False, stop_after=2, log_every=1)
-    agent = td3.make_train(TINY)
-    (state, run_key), _ = load_checkpoint(
-        out / run.CHECKPOINT, common.init_state(agent, common.seed_keys(0, 2))
-    )
+    agent, state, run_key = checks.two_seed_checkpoint("td3", TINY, td3.make_train, tmp_path / "run")
     state = state._replace(hparams=state.hparams._replace(learning_rate=torch.tensor([3e-4, float("inf")])))
     with pytest.raises(
         common.NonFiniteError, match=r"non-finite (grad_norm|critic_loss|actor_loss) .* at update 4, seed 1"
@@ -127,12 +100,4 @@ def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
 
 
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
-    full, _ = run.train_run("td3", TINY, tmp_path / "full", compile=False, progress=False, checkpoint_every=3)
-    part = tmp_path / "part"
-    run.train_run("td3", TINY, part, compile=False, progress=False, checkpoint_every=3, stop_after=4)
-    resumed, _ = run.train_run(
-        "td3", None, part, resume=True, compile=False, progress=False, checkpoint_every=3
-    )
-    assert tree.tree_equal(resumed, full)
-    rows = (part / run.METRICS).read_text().splitlines()
-    assert rows[1:] == (tmp_path / "full" / run.METRICS).read_text().splitlines()[1:]
+    checks.check_resume_is_bitwise_exact("td3", TINY, tmp_path, checkpoint_every=3, stop_after=4)
