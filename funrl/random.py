@@ -27,6 +27,7 @@ __all__ = [
     "fold_in",
     "threefry2x32",
     "bits",
+    "block_words",
     "uniform",
     "normal",
     "truncated_normal",
@@ -183,6 +184,17 @@ def fold_in(key: Key, data: int | torch.Tensor) -> Key:
         raise TypeError(f"data: expected an int or an integer tensor, got {type(data).__name__}")
     y0, y1 = threefry2x32((key[0], key[1]), (torch.zeros_like(d), d))
     return torch.stack([y0, y1], dim=-1)
+
+
+def block_words(key: Key, shape: Shape = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both 32-bit output words ``(y0, y1)`` of the Threefry block behind each element of ``shape``.
+
+    ``bits`` returns ``y0 ^ y1``, one word per block, as JAX does; code that needs many random
+    words per call (a reset drawn for every env on every compiled step) can use both words and
+    spend half the blocks.
+    """
+    _check_key(key)
+    return _block(key, _as_shape(shape))
 
 
 def bits(key: Key, shape: Shape = ()) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch.func import vmap
 
 import funrl.random as R
 from funrl import tree
-from funrl.control import fori_loop, is_compiling, scan
+from funrl.control import compile, fori_loop, is_compiling, scan
 
 
 class Carry(NamedTuple):
@@ -169,6 +169,28 @@ def test_compiled_scan_equals_eager_loop():
     assert torch.equal(got[0][1]["pair"][0], torch.arange(6))
     assert torch.equal(got[1][1]["pair"][0], torch.arange(6).flip(0))  # reverse: step t ran (5 - t)-th
     assert got[2][1].tolist() == [0, 1, 4, 9] and got[3].item() == 2345
+
+
+@pytest.mark.slow
+def test_compiled_unrolled_scan_equals_eager_loop():
+    """``unroll`` under torch.compile: 7 steps as 2 groups of 3 plus one leftover, both directions."""
+
+    def decay(carry: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor):
+        total, steps = carry
+        total = 0.5 * total + x
+        return (total, steps + 1), {"total": total, "steps": steps}
+
+    init = (torch.zeros(3), torch.tensor(0))
+    xs = R.normal(R.key(5), (7, 3))
+
+    def both(init, xs):
+        return scan(decay, init, xs, unroll=3), scan(decay, init, xs, reverse=True, unroll=3)
+
+    got = compile(both)(init, xs)
+    expected = (reference_scan(decay, init, xs), reference_scan(decay, init, xs, reverse=True))
+    assert tree.structure(got) == tree.structure(expected)
+    assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[1][1]["steps"], torch.arange(7).flip(0))  # reverse: step t ran (6 - t)-th
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,6 +206,7 @@ SAMPLERS = {
     "fold_in": lambda k: R.fold_in(k, 7),
     "fold_in_tensor": lambda k: R.fold_in(k, torch.tensor(12345)),
     "bits": lambda k: R.bits(k, (3, 4)),
+    "block_words": lambda k: torch.stack(R.block_words(k, (3, 2))),
     "uniform32": lambda k: R.uniform(k, (5,), torch.float32, -2.0, 3.0),
     "uniform64": lambda k: R.uniform(k, (5,), torch.float64, -2.0, 3.0),
     "uniform_tensor_bounds": lambda k: R.uniform(k, (3,), minval=torch.tensor([0.0, 1.0, 2.0]), maxval=5.0),
@@ -273,6 +274,20 @@ def test_key_from_tensor_seeds_equals_int_seeds():
     batch = R.key(torch.tensor(seeds))
     assert batch.shape == (4, 2)
     assert torch.equal(batch, torch.stack([R.key(s) for s in seeds]))
+
+
+def test_block_words_xor_to_bits():
+    """``block_words`` is the pair of words behind ``bits``: their xor is JAX's word."""
+    for shape in [(), (3,), (2, 5), (17,)]:
+        y0, y1 = R.block_words(R.key(5), shape)
+        assert y0.shape == y1.shape == shape and y0.dtype == torch.int64
+        assert torch.equal(y0 ^ y1, R.bits(R.key(5), shape))
+        assert not torch.equal(y0, y1)
+        assert int(torch.cat([y0.reshape(-1), y1.reshape(-1)]).max()) < 2**32
+    with pytest.raises(TypeError, match=r"^key: expected dtype torch.int64"):
+        R.block_words(torch.zeros(2), (3,))
+    with pytest.raises(TypeError, match=r"^shape: expected an int or a sequence of ints"):
+        R.block_words(R.key(0), "3")
 
 
 @pytest.mark.parametrize("low, high", [(0, 1), (0, 2), (-4, 4), (3, 3 + 2**20), (0, 2**32), (0, 2**33)])

@@ -256,12 +256,9 @@ def reset_uniform(
     drawn for every environment on every compiled step, so here both output words of a block
     become values (23 random mantissa bits each, as ``uniform``), halving that cost.
     """
-    # One threefry call per block with a Python-int counter, not one over an arange of counters:
-    # under vmap + compile the batch axis then stays innermost and vectorised (see random._block).
-    words = []
-    for block in range((num + 1) // 2):
-        words.extend(random.threefry2x32((key[0], key[1]), (0, block)))
-    unit = (torch.stack(words[:num]) >> 9).to(torch.float32) * 2.0**-23
+    y0, y1 = random.block_words(key, ((num + 1) // 2,))
+    words = torch.stack([y0, y1], dim=-1).reshape(-1)[:num]
+    unit = (words >> 9).to(torch.float32) * 2.0**-23
     return torch.maximum(
         low + unit * (high - low), torch.as_tensor(low, dtype=torch.float32, device=key.device)
     )
