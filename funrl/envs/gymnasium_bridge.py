@@ -33,7 +33,7 @@ from gymnasium.vector.utils import batch_space
 
 from funrl import random
 from funrl import tree as ftree
-from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space
+from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space, _where_tree
 from funrl.envs.registry import make
 from funrl.envs.wrappers import under_torch_compile
 
@@ -222,8 +222,8 @@ class FunrlVectorEnv(gym.vector.VectorEnv):
             obs, state, reward, terminated, truncated, info = self._step_env_fn(keys, self._state, action)
             reset_obs, reset_state = self._reset_fn(self._next_keys())
             restart = self._needs_reset
-            self._state = _where(restart, reset_state, state)
-            obs = _where(restart, reset_obs, obs)
+            self._state = _where_tree(restart, reset_state, state)
+            obs = _where_tree(restart, reset_obs, obs)
             reward = torch.where(restart, torch.zeros_like(reward), reward)
             terminated = terminated & ~restart
             truncated = truncated & ~restart
@@ -239,13 +239,6 @@ class FunrlVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._state = None
-
-
-def _where(mask: torch.Tensor, a: Any, b: Any) -> Any:
-    def select(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.reshape(mask.shape + (1,) * (x.dim() - 1)), x, y)
-
-    return ftree.map(select, a, b)
 
 
 def _vector_info(info: dict[str, Any], num_envs: int, mask: torch.Tensor | None = None) -> dict[str, Any]:
@@ -383,8 +376,11 @@ class HostEnvironment(Environment):
         self._version += 1
         return HostState(torch.tensor(self._version, dtype=torch.int64))
 
+    def _tensor(self, values: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values), device=self.device).to(dtype)
+
     def _obs(self, obs: Any) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs), device=self.device).to(self._observation_space.dtype)
+        return self._tensor(obs, self._observation_space.dtype)
 
     def reset_env(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, HostState]:
         self._refuse_traced(key)
@@ -414,9 +410,9 @@ class HostEnvironment(Environment):
         return (
             obs_t,
             self._handle(),
-            torch.as_tensor(np.asarray(reward), device=self.device).to(torch.float32),
-            torch.as_tensor(np.asarray(terminated), device=self.device).to(torch.bool),
-            torch.as_tensor(np.asarray(truncated), device=self.device).to(torch.bool),
+            self._tensor(reward, torch.float32),
+            self._tensor(terminated, torch.bool),
+            self._tensor(truncated, torch.bool),
             out_info,
         )
 
