@@ -80,9 +80,9 @@ class Wrapper(Environment):
 
     @property
     def unwrapped(self) -> Environment:
-        """The innermost environment."""
+        """The innermost environment (through wrappers and batched views, which all hold ``env``)."""
         env = self.env
-        while isinstance(env, Wrapper) or hasattr(env, "env"):
+        while hasattr(env, "env"):
             env = env.env
         return env
 
