@@ -102,6 +102,10 @@ class ContinuousSetup(NamedTuple):
     action_dim: int
     to_env: Callable[[torch.Tensor], torch.Tensor]
 
+    def flat_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[..., *obs_shape] -> [..., obs_dim]`` float32, the networks' input."""
+        return obs.reshape(*obs.shape[: obs.dim() - len(self.obs_shape)], self.obs_dim).to(torch.float32)
+
 
 def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.device) -> ContinuousSetup:
     """A batched env with a Box action space (no normalisation wrappers) and ``[-1, 1] -> [low, high]``."""
@@ -186,9 +190,6 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
     target_entropy = L.sac_target_entropy(setup.action_dim)
     n = config.steps_per_update
 
-    def flat_obs(obs: torch.Tensor) -> torch.Tensor:
-        return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
-
     def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
         hparams = init_hparams(SACHyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
@@ -220,7 +221,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         actor_params = state.params["actor"]
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-            loc, scale = nets.apply(actor, actor_params, flat_obs(obs))
+            loc, scale = nets.apply(actor, actor_params, setup.flat_obs(obs))
             sampled = nets.distributions.tanh_normal.sample(k, loc.detach(), scale.detach())
             uniform = random.uniform(random.fold_in(k, 1), tuple(sampled.shape), minval=-1.0, maxval=1.0)
             return torch.where(warming_up, uniform, sampled)
@@ -296,7 +297,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         return new_state, metrics
 
     def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
-        loc, _ = nets.apply(actor, params["actor"], flat_obs(obs))
+        loc, _ = nets.apply(actor, params["actor"], setup.flat_obs(obs))
         return setup.to_env(torch.tanh(loc))
 
     return Agent(

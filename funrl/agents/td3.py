@@ -126,9 +126,6 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     tx = optim.scale_by_adam()
     n = config.steps_per_update
 
-    def flat_obs(obs: torch.Tensor) -> torch.Tensor:
-        return obs.reshape(*obs.shape[: obs.dim() - len(setup.obs_shape)], setup.obs_dim).to(torch.float32)
-
     def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
         hparams = init_hparams(TD3HyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
@@ -160,7 +157,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         hp = state.hparams
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-            mu = nets.apply(actor, actor_params, flat_obs(obs)).detach()
+            mu = nets.apply(actor, actor_params, setup.flat_obs(obs)).detach()
             noisy = (mu + hp.exploration_noise * random.normal(k, tuple(mu.shape))).clamp(-1.0, 1.0)
             uniform = random.uniform(random.fold_in(k, 1), tuple(mu.shape), minval=-1.0, maxval=1.0)
             return torch.where(warming_up, uniform, noisy)
@@ -230,7 +227,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         return new_state, metrics
 
     def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
-        return setup.to_env(nets.apply(actor, params["actor"], flat_obs(obs)))
+        return setup.to_env(nets.apply(actor, params["actor"], setup.flat_obs(obs)))
 
     return Agent(
         name="td3",
