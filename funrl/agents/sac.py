@@ -137,6 +137,19 @@ def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.devi
     )
 
 
+def init_actor_and_twin_critics(
+    actor: torch.nn.Module,
+    critic: torch.nn.Module,
+    key_actor: torch.Tensor,
+    key_critic: torch.Tensor,
+    device: torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``(actor_params, critic_params)`` on ``device``; the twin critics stacked ``[2, ...]`` (one ensemble)."""
+    actor_params = {k: v.to(device) for k, v in nets.init(actor, key_actor).items()}
+    critic_params = {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()}
+    return actor_params, critic_params
+
+
 def collect(
     setup: ContinuousSetup,
     policy: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -193,8 +206,9 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
     def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
         hparams = init_hparams(SACHyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
-        actor_params = {k: v.to(device) for k, v in nets.init(actor, key_actor).items()}
-        critic_params = {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()}
+        actor_params, critic_params = init_actor_and_twin_critics(
+            actor, critic, key_actor, key_critic, device
+        )
         obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
         log_alpha = torch.tensor(math.log(config.alpha), dtype=torch.float32, device=device)
         return SACTrainState(

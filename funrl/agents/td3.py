@@ -42,7 +42,7 @@ from funrl.agents.common import (
     replay_example,
     sgd,
 )
-from funrl.agents.sac import collect, continuous_setup
+from funrl.agents.sac import collect, continuous_setup, init_actor_and_twin_critics
 from funrl.control import scan
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3TrainState", "DeterministicActor", "make_train"]
@@ -129,10 +129,10 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
         hparams = init_hparams(TD3HyperParams, config, hparam_overrides, device)
         key_actor, key_critic, key_env = random.split(key, 3)
-        params = {
-            "actor": {k: v.to(device) for k, v in nets.init(actor, key_actor).items()},
-            "critic": {k: v.to(device) for k, v in nets.init_ensemble(critic, key_critic, 2).items()},
-        }
+        actor_params, critic_params = init_actor_and_twin_critics(
+            actor, critic, key_actor, key_critic, device
+        )
+        params = {"actor": actor_params, "critic": critic_params}
         obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
         return TD3TrainState(
             params=params,
