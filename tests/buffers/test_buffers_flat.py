@@ -14,6 +14,7 @@ import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
 from funrl.buffers._core import HUGE_PAGE_BYTES, ring_rows, storage_zeros, write_ring_slices
+from funrl.control import compile as funrl_compile
 
 
 def example_item():
@@ -210,7 +211,7 @@ def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
         state = buf.add(state, batch)
         return state, buf.sample(state, key, 5)
 
-    compiled = torch.compile(step, fullgraph=True)
+    compiled = funrl_compile(step)
     eager, _ = fill(buf, [])
     mine = fb.copy_state(eager)
     for start in (0, 4, 8, 12):  # wraps around twice

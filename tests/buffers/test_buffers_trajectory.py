@@ -9,6 +9,7 @@ from torch.func import vmap
 import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
+from funrl.control import compile as funrl_compile
 
 EXAMPLE = {
     "step": torch.zeros((), dtype=torch.int64),
@@ -131,7 +132,7 @@ def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
         state = buf.add(state, batch)
         return state, buf.sample(state, key, 5)
 
-    compiled = torch.compile(step, fullgraph=True)
+    compiled = funrl_compile(step)
     eager = buf.init(EXAMPLE)
     mine = fb.copy_state(eager)
     for i in range(4):  # 12 steps into 7 slots: wraps around
