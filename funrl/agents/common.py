@@ -328,7 +328,10 @@ def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = Non
 
     fn = torch.func.vmap(step, randomness="error") if batched else step
     if compile:
-        fn = control.compile(fn, fullgraph=True, mode=mode)
+        # Static, as jax.jit: every config's floats are constants of its own graph. With dynamo's
+        # automatic dynamism a second config compiled in the same process turns a closed-over float
+        # (a learning rate, tau) into a SymFloat, which the scan op refuses as an input.
+        fn = control.compile(fn, fullgraph=True, dynamic=False, mode=mode)
     return fn
 
 
