@@ -24,7 +24,11 @@ Contestants, all in the same process and run:
   pages for CPU storages of 2 MiB or more), so that the allocation is not what separates them;
 - ``torchrl``: ``ReplayBuffer(storage=LazyTensorStorage(capacity))`` holding TensorDicts
   (``extend`` / ``sample``), and ``TensorDictReplayBuffer`` over the same storage type;
-  prioritised: ``TensorDictPrioritizedReplayBuffer`` (``sample`` + ``update_priority``).
+  prioritised: ``TensorDictPrioritizedReplayBuffer`` (``sample`` + ``update_priority``);
+- ``flashbax`` (with ``--flashbax-python PATH``, a Python with jax + flashbax): its flat and
+  item buffers under ``jax.jit`` with the state donated to ``add``, run by
+  ``flashbax_buffer.py`` in that Python (single-threaded XLA) before the torch rows, same item,
+  sizes and timing; its CPU column is that process's CPU time (all its threads).
 
 Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up: wall
 clock, and (on CPU) the calling thread's CPU time, which leaves out the time other processes on a
@@ -37,8 +41,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -226,6 +233,39 @@ def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace
             gc.collect()
 
 
+FLASHBAX_NAMES = {
+    "flat": "flashbax flat buffer (JAX, jit, donated)",
+    "item": "flashbax item buffer (JAX, jit, donated)",
+    "flat, 8 per call": f"flashbax flat buffer, {PER_CALL} per call",
+}
+
+
+def time_flashbax(python: str, capacities: list[int], args: argparse.Namespace) -> dict:
+    """flashbax's rows from ``flashbax_buffer.py`` run by ``python`` (one XLA thread, as torch here)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashbax_buffer.py")
+    cmd = [python, script, "--iters", str(args.iters), "--repeats", str(args.repeats), "--capacities"]
+    out = subprocess.run([*cmd, *map(str, capacities)], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def flashbax_rows(result: dict, capacity: int) -> list:
+    """Rows in ``print_rows`` form for one capacity of a ``time_flashbax`` result."""
+    return [
+        (
+            capacity,
+            FLASHBAX_NAMES[r["kind"]],
+            r["add_wall"],
+            r["add_cpu"],
+            r["sample_wall"],
+            r["sample_cpu"],
+            r["compile_s"],
+        )
+        for r in result["rows"]
+        if r["capacity"] == capacity
+    ]
+
+
 def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[[], None], int, list]:
     """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``."""
     fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
@@ -364,6 +404,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared box)")
     parser.add_argument("--no-torchrl", action="store_true")
     parser.add_argument(
+        "--flashbax-python", default=None, help="a Python with jax + flashbax: adds flashbax rows"
+    )
+    parser.add_argument(
         "--no-scaling", action="store_true", help="skip the round-robin 1e4-vs-1e7 sample table"
     )
     parser.add_argument("--only-scaling", action="store_true", help="only the round-robin sample table")
@@ -372,10 +415,21 @@ def main() -> None:
     device = torch.device(args.device)
     machine = platform.processor() or platform.machine()
     print(f"# torch {torch.__version__}, {machine}, device {device}, threads {args.threads}")
+    capacities = [int(c) for c in args.capacities.split(",")]
+    peer = None
+    if args.flashbax_python and not args.only_scaling:
+        # First, while this process holds no storage: at 1e7 each side holds about 1.6 GB.
+        peer = time_flashbax(args.flashbax_python, capacities, args)
+        shapes = {r["kind"]: r["storage_shape"] for r in peer["rows"]}
+        print(
+            f"# flashbax {peer['flashbax']}, jax {peer['jax']} ({peer['backend']}); storage shapes {shapes}"
+        )
     rows: list = []
-    for capacity in (int(c) for c in args.capacities.split(",")):
+    for capacity in capacities:
         if not args.only_scaling:
             bench_capacity(capacity, device, args, rows)
+            if peer is not None:
+                rows.extend(flashbax_rows(peer, capacity))
     if rows:
         print_rows(rows)
     if not args.no_scaling:
