@@ -317,6 +317,91 @@ def bench_scaling(small: int, large: int, device: torch.device, args: argparse.N
     return out
 
 
+GATHER_SETS = 64
+
+
+def cache_lines_per_row(row_bytes: int) -> float:
+    """Mean 64-byte cache lines one row of ``row_bytes`` spans, over the row offsets a
+    contiguous ``[N, row_bytes]`` storage (64-byte aligned) gives its rows."""
+    lines = [(off + row_bytes - 1) // 64 - off // 64 + 1 for off in (i * row_bytes % 64 for i in range(64))]
+    return sum(lines) / len(lines)
+
+
+def bench_gather(capacities: list[int], device: torch.device, args: argparse.Namespace) -> list:
+    """Where the sample's time goes: 256 stored rows gathered per leaf, from a filled funrl
+    storage, with the indices given (no random draw). ``GATHER_SETS`` index sets per compiled
+    call, so the fixed cost of a call is shared; per 256 rows. The ``sorted`` cases read the same
+    rows in address order: given sorted (the memory side alone), sorted in the call, and sorted
+    then put back in the drawn order (what a sample, which must keep that order, would pay): the
+    ordering experiment for the large-capacity sample."""
+    out = []
+    g = torch.Generator().manual_seed(5)
+    for capacity in capacities:
+        buf = fb.flat(capacity)
+        state = buf.init(example_item(device))
+        fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
+        for _ in range(-(-capacity // FILL_CHUNK)):
+            state = buf.add(state, fill)
+        ex = state.experience
+        idx = torch.randint(capacity, (GATHER_SETS, BATCH), generator=g).to(device)
+
+        def gather_all(ex, idx):
+            return {k: v[idx] for k, v in ex.items()}
+
+        def one_leaf(leaf, idx):
+            return leaf[idx]
+
+        def sorted_in_call(ex, idx):
+            rows = idx.sort(dim=-1).values
+            return {k: v[rows] for k, v in ex.items()}
+
+        def sorted_restored(ex, idx):
+            rows, perm = idx.sort(dim=-1)
+            back = perm.argsort(dim=-1)
+            return {
+                k: torch.take_along_dim(v[rows], back.view(*back.shape, *[1] * (v.dim() - 1)), dim=1)
+                for k, v in ex.items()
+            }
+
+        # name: (function, first argument, indices). One leaf alone passes that leaf, so that
+        # each case is its own graph (guards on a leaf's name would recompile one function).
+        presorted = idx.sort(dim=-1).values
+        cases = {"all leaves": (gather_all, ex, idx)}
+        cases.update({k: (one_leaf, v, idx) for k, v in ex.items()})
+        cases["all leaves, rows given sorted (sort not timed, drawn order lost)"] = (
+            gather_all,
+            ex,
+            presorted,
+        )
+        cases["all leaves, sorted in the call (drawn order lost)"] = (sorted_in_call, ex, idx)
+        cases["all leaves, sorted in the call, drawn order restored"] = (sorted_restored, ex, idx)
+        cases["indices only (idx + 1)"] = (lambda ex, idx: idx + 1, ex, idx)
+        torch._dynamo.reset()  # a fresh compile cache per capacity (one_leaf sees 4 shapes each)
+        compiled = {f: fcompile(f, dynamic=False) for f, _, _ in cases.values()}
+        calls = {
+            name: (lambda f=compiled[f], arg=arg, rows=rows: f(arg, rows))
+            for name, (f, arg, rows) in cases.items()
+        }
+        for call in calls.values():
+            call()
+        times: dict[str, list] = {name: [] for name in calls}
+        for _ in range(args.repeats):  # in turn, so that load drift falls on every case alike
+            for name, call in calls.items():
+                times[name].append(time_call(call, device, max(1, args.iters // 4), 1))
+        for name in calls:
+            wall, cpu = (statistics.median(t[i] for t in times[name]) / GATHER_SETS for i in (0, 1))
+            if name in ex:
+                lines = cache_lines_per_row(ex[name][0].numel() * ex[name].dtype.itemsize)
+            elif name.startswith("all"):
+                lines = sum(cache_lines_per_row(v[0].numel() * v.dtype.itemsize) for v in ex.values())
+            else:
+                lines = 0.0
+            out.append((capacity, name, lines, wall, cpu))
+        state = ex = cases = calls = compiled = None  # free this capacity's storage before the next
+        gc.collect()
+    return out
+
+
 def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
     out = []
     fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
@@ -410,12 +495,25 @@ def main() -> None:
         "--no-scaling", action="store_true", help="skip the round-robin 1e4-vs-1e7 sample table"
     )
     parser.add_argument("--only-scaling", action="store_true", help="only the round-robin sample table")
+    parser.add_argument(
+        "--only-gather",
+        action="store_true",
+        help="only the per-leaf gather table (where a sample's time goes), at the smallest and largest capacity",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     machine = platform.processor() or platform.machine()
     print(f"# torch {torch.__version__}, {machine}, device {device}, threads {args.threads}")
     capacities = [int(c) for c in args.capacities.split(",")]
+    if args.only_gather:
+        ends = sorted({min(capacities), max(capacities)})
+        print("\ngather of 256 stored rows per leaf, indices given (no draw), per 256 rows:\n")
+        print("| capacity | leaves | cache lines per row | time (µs) | CPU (µs) |")
+        print("|---:|---|---:|---:|---:|")
+        for capacity, name, lines, wall, cpu in bench_gather(ends, device, args):
+            print(f"| {capacity:.0e} | {name} | {lines:.2f} | {wall * 1e6:.2f} | {cpu * 1e6:.2f} |")
+        return
     peer = None
     if args.flashbax_python and not args.only_scaling:
         # First, while this process holds no storage: at 1e7 each side holds about 1.6 GB.
