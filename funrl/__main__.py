@@ -1,6 +1,7 @@
 """funrl's command line.
 
 funrl train ppo --env CartPole-v1 --total-steps 500000 --seeds 8 --device cpu --out runs/NAME
+funrl train ppo --env gym:Acrobot-v1 --no-compile --out runs/NAME   (any gymnasium id, eagerly)
 funrl train --resume --out runs/NAME
 funrl eval runs/NAME --episodes 20 [--json]
 funrl demo
@@ -71,6 +72,27 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_gymnasium_args(args: argparse.Namespace) -> None:
+    """``--env gym:ID``: a registered gymnasium id, trained eagerly (``--no-compile``), one seed.
+
+    The Python API refuses to compile or vmap a host gymnasium env (``from_gymnasium``); the
+    command line says so in its own option names before anything is built or written.
+    """
+    from funrl.agents import run
+
+    run.check_gymnasium_id(args.env, arg="--env")
+    if not args.no_compile:
+        raise run.RunError(
+            f"--no-compile: --env {args.env} is a host gymnasium env, which torch.compile cannot "
+            "trace; add --no-compile to train it eagerly"
+        )
+    if args.seeds != 1:
+        raise run.RunError(
+            f"--seeds: --env {args.env} is one set of host gymnasium envs, which cannot be vmapped "
+            f"over seeds; expected --seeds 1, got {args.seeds} (train each seed as its own run with --seed)"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | None]:
     """``(algo, config)`` for ``train``'s options; ``(None, None)`` when resuming (the run's own)."""
     from funrl.agents import run
@@ -83,6 +105,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
         raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
     if args.algo not in run.ALGORITHMS:
         raise run.RunError(f"algo: unknown {args.algo!r}; known: {', '.join(sorted(run.ALGORITHMS))}")
+    if run.gymnasium_id(args.env) is not None:
+        _check_gymnasium_args(args)
     cls = run.ALGORITHMS[args.algo][0]
     overrides = {"env_id": args.env, "total_steps": args.total_steps}
     if args.num_envs is not None:
@@ -100,7 +124,9 @@ def _train(args: argparse.Namespace) -> int:
     from funrl.agents import run
 
     algo, config = config_from_args(args)
-    out = Path(args.out) if args.out else Path("runs") / f"{algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
+    env_name = args.env.replace(":", "-").replace("/", "-")
+    out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.perf_counter()
     run.train_run(
         algo,
@@ -149,7 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--env",
         default="CartPole-v1",
-        help="environment id from funrl.envs.registry() (default: CartPole-v1)",
+        help="environment: an id from funrl.envs.registry() (compiled, vmapped over seeds), or "
+        "gym:ID for a registered gymnasium env (e.g. gym:Acrobot-v1, gym:LunarLander-v3 where "
+        "installed), run eagerly through funrl.envs.from_gymnasium: it needs --no-compile (an "
+        "error otherwise), trains one seed (--seeds 1) and cannot be resumed, since the gymnasium "
+        "envs' state is not in the checkpoint; the same --seed retrains it identically "
+        "(default: CartPole-v1)",
     )
     train.add_argument(
         "--total-steps",
@@ -179,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     train.add_argument(
-        "--no-compile", action="store_true", help="run the update step eagerly (no torch.compile)"
+        "--no-compile",
+        action="store_true",
+        help="run the update step eagerly (no torch.compile; needed for --env gym:ID)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

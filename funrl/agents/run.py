@@ -6,6 +6,10 @@ and ``checkpoint.pt`` (every train-state leaf of every seed, the run keys and th
 loaded with ``torch.load(weights_only=True)``, written atomically). The checkpoint is written
 after the metrics of the same update, so a run killed at any moment resumes from a consistent
 pair: rows past the checkpoint's update are dropped on resume and recomputed identically.
+
+A config whose ``env_id`` is ``gym:ID`` trains on the gymnasium env ``ID`` through
+``funrl.envs.from_gymnasium(ID, num_envs)``: eagerly, one seed per run, and without resume
+(see :func:`train_run`); ``config.json`` keeps ``gym:ID``, so evaluation rebuilds the same env.
 """
 
 from __future__ import annotations
@@ -19,12 +23,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import torch
 
+from funrl import envs
 from funrl.agents import common, dqn, ppo, sac, td3
 from funrl.agents.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 
-__all__ = ["ALGORITHMS", "build_agent", "train_run", "evaluate_run", "RunError"]
+__all__ = [
+    "ALGORITHMS",
+    "GYMNASIUM_PREFIX",
+    "build_agent",
+    "check_gymnasium_id",
+    "gymnasium_id",
+    "train_run",
+    "evaluate_run",
+    "RunError",
+]
 
 ALGORITHMS: dict[str, tuple[type, Callable[..., common.Agent]]] = {
     "ppo": (ppo.PPOConfig, ppo.make_train),
@@ -37,6 +52,7 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
 CONFIG = "config.json"
 PLOT = "learning_curve.png"
+GYMNASIUM_PREFIX = "gym:"
 
 
 class RunError(ValueError):
@@ -64,10 +80,79 @@ def _config_from_json(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def gymnasium_id(env_id: Any) -> str | None:
+    """``ID`` when ``env_id`` is ``gym:ID`` (a gymnasium env, trained through ``from_gymnasium``), else None."""
+    if isinstance(env_id, str) and env_id.startswith(GYMNASIUM_PREFIX):
+        return env_id[len(GYMNASIUM_PREFIX) :]
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_gymnasium_id(env_id: str, arg: str = "env_id") -> None:
+    """Raise :class:`RunError` naming ``arg`` when ``gym:ID`` cannot be made by gymnasium.
+
+    Cheap: looks ``ID`` up in gymnasium's registry and imports its entry point (which is where
+    a missing extra such as Box2D shows), without building an env. A funrl id passes unchecked.
+    """
+    gym_id = gymnasium_id(env_id)
+    if gym_id is None:
+        return
+    try:
+        spec = gymnasium.spec(gym_id)
+        if isinstance(spec.entry_point, str):
+            gymnasium.envs.registration.load_env_creator(spec.entry_point)
+    except (gymnasium.error.Error, ImportError) as exc:
+        raise RunError(
+            f"{arg}: expected {GYMNASIUM_PREFIX}ID with ID a gymnasium env that can be made here, "
+            f"got {env_id!r} ({_first_line(exc)})"
+        ) from exc
+
+
 def build_agent(algo: str, config: Any, device: str) -> common.Agent:
+    """The agent of ``algo`` for ``config``; a ``gym:ID`` env id builds it on ``from_gymnasium(ID)``."""
     if algo not in ALGORITHMS:
         raise RunError(f"algo: unknown algorithm {algo!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[algo][1](config, device=device)
+    make_train = ALGORITHMS[algo][1]
+    gym_id = gymnasium_id(config.env_id)
+    if gym_id is None:
+        return make_train(config, device=device)
+    check_gymnasium_id(config.env_id)
+    try:
+        env, _ = envs.from_gymnasium(gym_id, config.num_envs, device, **dict(config.env_kwargs))
+    except gymnasium.error.Error as exc:
+        raise RunError(f"env_id: gymnasium could not make {gym_id!r} ({_first_line(exc)})") from exc
+    return make_train(config, env=env, device=device)
+
+
+def _run_keys(config: Any, seed: int, num_seeds: int) -> torch.Tensor:
+    """Seed ``i`` trains from ``fold_in(key(seed), i)``: ``[num_seeds, 2]`` keys, vmapped.
+
+    A host gymnasium env trains one unbatched key ``[2]`` (it cannot be vmapped), the same key
+    as seed 0 of a funrl env's run.
+    """
+    if gymnasium_id(config.env_id) is not None:
+        return common.seed_keys(seed, 1)[0]
+    return common.seed_keys(seed, num_seeds)
+
+
+def _check_host_run(config: Any, num_seeds: int, compile: bool) -> None:
+    """A ``gym:ID`` run: one seed, eagerly (the CLI checks the same with its own option names)."""
+    if gymnasium_id(config.env_id) is None:
+        return
+    if num_seeds != 1:
+        raise RunError(
+            f"num_seeds: {config.env_id} is one set of host gymnasium envs, which cannot be vmapped "
+            f"over seeds; expected 1, got {num_seeds} (train each seed as its own run)"
+        )
+    if compile:
+        raise RunError(
+            f"compile: {config.env_id} is a host gymnasium env, which torch.compile cannot trace; "
+            "expected compile=False"
+        )
 
 
 def _read_run(out: Path) -> tuple[str, Any, dict[str, Any]]:
@@ -184,16 +269,33 @@ def train_run(
     updates; a checkpoint is written at the first such point at least ``checkpoint_every``
     updates after the previous one, and at the end. ``stop_after`` stops after that many
     updates in total (for tests of interruption).
+
+    A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
+    resumed: the checkpoint holds only a version handle of the host env (``HostState``), while
+    its physics and random generators live in the gymnasium objects, so a resumed run could not
+    continue the same episodes. Such a run is reproducible instead: the host envs are seeded
+    from the run key at reset, so the same seed retrains it identically.
     """
     out = Path(out)
     if resume:
         algo, config, meta = _read_run(out)
+        if gymnasium_id(config.env_id) is not None:
+            raise RunError(
+                f"resume: {out} trained on {config.env_id}, a host gymnasium env whose state (physics, "
+                "random generators) lives in gymnasium's objects, not in the checkpoint (it holds only "
+                f"a handle), so it cannot continue exactly; train again with --seed {meta['seed']}, "
+                "which reproduces the run"
+            )
         seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta.get("device", device)
+        agent = build_agent(algo, config, device)
     else:
         if (out / CHECKPOINT).exists():
             raise RunError(
                 f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
             )
+        _check_host_run(config, num_seeds, compile)
+        # Built before anything is written, so a bad env id leaves no half-made run folder.
+        agent = build_agent(algo, config, device)
         out.mkdir(parents=True, exist_ok=True)
         meta = {
             "algo": algo,
@@ -204,8 +306,7 @@ def train_run(
         }
         text = json.dumps(meta, indent=2)
         atomic_write_bytes(out / CONFIG, lambda f: f.write(text.encode()))
-    agent = build_agent(algo, config, device)
-    keys = common.seed_keys(seed, num_seeds)
+    keys = _run_keys(config, seed, num_seeds)
     state, run_key = common.init_state(agent, keys)
     done = 0
     if resume:
@@ -271,12 +372,17 @@ def train_run(
 def evaluate_run(
     out: Path, episodes: int = 20, device: str | None = None, seed: int = 1_000_003
 ) -> dict[str, Any]:
-    """Evaluate every seed's final checkpoint greedily for ``episodes`` episodes."""
+    """Evaluate every seed's final checkpoint greedily for ``episodes`` episodes.
+
+    A ``gym:ID`` run is evaluated on a fresh ``from_gymnasium(ID, num_envs)`` env, ``num_envs``
+    episodes at a time (a host env runs all its envs at once and cannot be resized); the first
+    ``episodes`` returns count.
+    """
     out = Path(out)
     algo, config, meta = _read_run(out)
     device = device or meta.get("device", "cpu")
     agent = build_agent(algo, config, device)
-    keys = common.seed_keys(meta["seed"], meta["num_seeds"])
+    keys = _run_keys(config, meta["seed"], meta["num_seeds"])
     template = common.init_state(agent, keys)
     try:
         (state, _), _ = load_checkpoint(out / CHECKPOINT, template, device)
@@ -285,8 +391,20 @@ def evaluate_run(
     per_seed = []
     from funrl import random, tree
 
-    for i, params in enumerate(tree.unstack(state.params)):
-        returns = common.evaluate(agent, params, random.fold_in(random.key(seed), i), episodes)
+    host = gymnasium_id(config.env_id) is not None
+    seeds_params = [state.params] if host else tree.unstack(state.params)
+    for i, params in enumerate(seeds_params):
+        key = random.fold_in(random.key(seed), i)
+        if host:
+            rounds = -(-episodes // config.num_envs)
+            returns = torch.cat(
+                [
+                    common.evaluate(agent, params, random.fold_in(key, r), config.num_envs)
+                    for r in range(rounds)
+                ]
+            )[:episodes]
+        else:
+            returns = common.evaluate(agent, params, key, episodes)
         per_seed.append(float(returns.mean()))
     t = torch.tensor(per_seed)
     return {
