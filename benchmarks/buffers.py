@@ -27,8 +27,9 @@ Contestants, all in the same process and run:
   prioritised: ``TensorDictPrioritizedReplayBuffer`` (``sample`` + ``update_priority``);
 - ``flashbax`` (with ``--flashbax-python PATH``, a Python with jax + flashbax): its flat and
   item buffers under ``jax.jit`` with the state donated to ``add``, run by
-  ``flashbax_buffer.py`` in that Python (single-threaded XLA) before the torch rows, same item,
-  sizes and timing; its CPU column is that process's CPU time (all its threads).
+  ``flashbax_buffer.py`` in that Python (single-threaded XLA) after the torch rows of each
+  capacity, same item, sizes and timing; its CPU column is that process's CPU time (all its
+  threads, so it can exceed wall clock where XLA's runtime works beside the Python thread).
 
 Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up: wall
 clock, and (on CPU) the calling thread's CPU time, which leaves out the time other processes on a
@@ -514,19 +515,19 @@ def main() -> None:
         for capacity, name, lines, wall, cpu in bench_gather(ends, device, args):
             print(f"| {capacity:.0e} | {name} | {lines:.2f} | {wall * 1e6:.2f} | {cpu * 1e6:.2f} |")
         return
-    peer = None
-    if args.flashbax_python and not args.only_scaling:
-        # First, while this process holds no storage: at 1e7 each side holds about 1.6 GB.
-        peer = time_flashbax(args.flashbax_python, capacities, args)
-        shapes = {r["kind"]: r["storage_shape"] for r in peer["rows"]}
-        print(
-            f"# flashbax {peer['flashbax']}, jax {peer['jax']} ({peer['backend']}); storage shapes {shapes}"
-        )
     rows: list = []
     for capacity in capacities:
         if not args.only_scaling:
             bench_capacity(capacity, device, args, rows)
-            if peer is not None:
+            if args.flashbax_python:
+                # Right after funrl's rows at this capacity (so that load drifting over the run
+                # falls on both alike), once this process has freed those storages: at 1e7 each
+                # side holds about 1.6 GB.
+                peer = time_flashbax(args.flashbax_python, [capacity], args)
+                shapes = {r["kind"]: r["storage_shape"] for r in peer["rows"]}
+                print(
+                    f"# flashbax {peer['flashbax']}, jax {peer['jax']} ({peer['backend']}); storage {shapes}"
+                )
                 rows.extend(flashbax_rows(peer, capacity))
     if rows:
         print_rows(rows)
