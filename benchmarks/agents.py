@@ -2,6 +2,7 @@
 against Stable-Baselines3 PPO with the same hyper-parameters, in one run.
 
     python benchmarks/agents.py --device cpu [--total-steps 500000] [--seeds 8] [--skip-sb3]
+        [--cpp-wrapper both|on|off]
 
 Prints a markdown table: wall-clock of training excluding compilation (and the compile time
 separately), speed-up against SB3, and the greedy evaluation return of every funrl seed.
@@ -30,11 +31,15 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def run_funrl(config: ppo.PPOConfig, num_seeds: int | None, device: str) -> dict:
+def run_funrl(config: ppo.PPOConfig, num_seeds: int | None, device: str, cpp_wrapper: bool) -> dict:
+    # A fresh dynamo state per row: each row's compile is timed from scratch (inductor's on-disk
+    # cache is left alone; give the run a fresh TORCHINDUCTOR_CACHE_DIR for cold compiles).
+    torch._dynamo.reset()
     agent = ppo.make_train(config, device=device)
     keys = common.seed_keys(0, num_seeds)
     state, run_key = common.init_state(agent, keys)
-    step = common.make_step(agent, num_seeds is not None, compile=True)
+    options = {"cpp_wrapper": True} if cpp_wrapper else None
+    step = common.make_step(agent, num_seeds is not None, compile=True, options=options)
     t0 = time.perf_counter()
     state, metrics = step(state, run_key)
     metrics["loss"].sum().item()
@@ -96,16 +101,27 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--cpp-wrapper",
+        choices=("both", "on", "off"),
+        default="both",
+        help="inductor's C++ wrapper for the compiled step: one-seed rows with and without it "
+        "(both), or only one; the vmapped-seeds row uses it unless off (default: both)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     config = ppo.PPOConfig(total_steps=args.total_steps)
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     rows = []
-    one = run_funrl(config, None, args.device)
-    rows.append(("funrl PPO, 1 seed (compiled)", one))
-    many = run_funrl(config, args.seeds, args.device)
-    rows.append((f"funrl PPO, {args.seeds} seeds vmapped (compiled)", many))
+    variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.cpp_wrapper]
+    for cpp in variants:
+        label = "compiled, C++ wrapper" if cpp else "compiled"
+        rows.append((f"funrl PPO, 1 seed ({label})", run_funrl(config, None, args.device, cpp)))
+    cpp = args.cpp_wrapper != "off"
+    label = "compiled, C++ wrapper" if cpp else "compiled"
+    many = run_funrl(config, args.seeds, args.device, cpp)
+    rows.append((f"funrl PPO, {args.seeds} seeds vmapped ({label})", many))
     if not args.skip_sb3:
         rows.append(("Stable-Baselines3 PPO, 1 seed", run_sb3(config)))
     sb3 = rows[-1][1]["run_s"] if not args.skip_sb3 else None

@@ -123,6 +123,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 def _train(args: argparse.Namespace) -> int:
     from funrl.agents import run
 
+    if args.cpp_wrapper and args.no_compile:
+        raise run.RunError("--cpp-wrapper: applies only to the compiled step; drop it or --no-compile")
     algo, config = config_from_args(args)
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")
@@ -139,6 +141,7 @@ def _train(args: argparse.Namespace) -> int:
         resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         progress=not args.no_progress,
+        compile_options={"cpp_wrapper": True} if args.cpp_wrapper else None,
     )
     print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
@@ -213,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-compile",
         action="store_true",
         help="run the update step eagerly (no torch.compile; needed for --env gym:ID)",
+    )
+    train.add_argument(
+        "--cpp-wrapper",
+        action="store_true",
+        help="compile the step with inductor's C++ wrapper: on CPU a PPO CartPole update runs about "
+        "1.5-2x faster, for a first compile about 1.5x longer; worth it for long runs (default: off)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

@@ -262,13 +262,15 @@ def train_run(
     progress: bool = True,
     stop_after: int | None = None,
     log_every: int = 10,
+    compile_options: dict[str, Any] | None = None,
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train (or resume) a run in ``out``; returns the final train state and this call's metrics.
 
     Metrics are brought to the host (and checked for non-finite values) every ``log_every``
     updates; a checkpoint is written at the first such point at least ``checkpoint_every``
     updates after the previous one, and at the end. ``stop_after`` stops after that many
-    updates in total (for tests of interruption).
+    updates in total (for tests of interruption). ``compile_options`` are inductor options for the
+    compiled step (``{"cpp_wrapper": True}``: faster steps on CPU for a longer compile).
 
     A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
     resumed: the checkpoint holds only a version handle of the host env (``HostState``), while
@@ -361,6 +363,7 @@ def train_run(
             num_updates=remaining,
             callback=on_log,
             log_every=log_every,
+            compile_options=compile_options,
         )
     finally:
         if bar is not None:
