@@ -143,8 +143,8 @@ class PlainRing:
 PER_CALL = 8
 
 
-def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple:
-    """(add wall, add cpu, sample wall, sample cpu, compile s) for ``buf`` in ``mode``, per add / sample."""
+def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
+    """A filled ``buf`` in ``mode``: ``(do_add, do_sample, per_call, compile_s)``."""
     key = frandom.key(0)
     state = buf.init(example_item(device))
     for _ in range(n_fill):
@@ -178,16 +178,75 @@ def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple:
     def do_add() -> None:
         holder[0] = add(holder[0], batch)
 
+    def do_sample() -> None:
+        sample(holder[0], key, BATCH)
+
     compile_s = 0.0
     if mode != "eager":
         start = time.perf_counter()
         do_add()
-        sample(holder[0], key, BATCH)
+        do_sample()
         sync(device)
         compile_s = time.perf_counter() - start
+    return do_add, do_sample, per_call, compile_s
+
+
+def _bench_funrl_flat(buf, mode, fill, n_fill, batch, device, args) -> tuple:
+    """(add wall, add cpu, sample wall, sample cpu, compile s) for ``buf`` in ``mode``, per add / sample."""
+    do_add, do_sample, per_call, compile_s = _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device)
     t_add = time_call(do_add, device, args.iters, args.repeats)
-    t_sample = time_call(lambda: sample(holder[0], key, BATCH), device, args.iters, args.repeats)
+    t_sample = time_call(do_sample, device, args.iters, args.repeats)
     return (*(t / per_call for t in t_add), *(t / per_call for t in t_sample), compile_s)
+
+
+FUNRL_MODES = {
+    "eager": "funrl eager",
+    "compiled": "funrl compiled",
+    "several": f"funrl compiled, {PER_CALL} per call",
+}
+
+
+def bench_head_to_head(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
+    """funrl against flashbax at ``capacity``, timed in turn repeat by repeat: each repeat times
+    every funrl mode once here, then asks a flashbax process (``flashbax_buffer.py --serve``,
+    every kind prepared and compiled once) to time each of its kinds once. Medians per add /
+    sample, so that load drifting on a shared machine falls on both sides alike."""
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashbax_buffer.py")
+    cmd = [args.flashbax_python, script, "--serve", "--iters", str(args.iters), "--capacities", str(capacity)]
+    peer = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout is not None and peer.stdin is not None
+        json.loads(peer.stdout.readline())  # every kind filled and compiled
+        batch = make_batch(BATCH, device, seed=1)
+        fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
+        n_fill = -(-capacity // FILL_CHUNK)
+        buf = fb.flat(capacity)
+        ours = {
+            name: _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device)
+            for mode, name in FUNRL_MODES.items()
+        }
+        times: dict[str, list] = {}
+        for _ in range(args.repeats):
+            for name, (do_add, do_sample, per_call, _) in ours.items():
+                t = (*time_call(do_add, device, args.iters, 1), *time_call(do_sample, device, args.iters, 1))
+                times.setdefault(name, []).append([x / per_call for x in t])
+            peer.stdin.write("time\n")
+            peer.stdin.flush()
+            for kind, t in json.loads(peer.stdout.readline()).items():
+                times.setdefault(FLASHBAX_NAMES[kind], []).append(t)
+        peer.stdin.close()
+        if peer.wait(timeout=60) != 0:
+            raise RuntimeError(f"{cmd} exited with {peer.returncode}")
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+    ours = None
+    gc.collect()
+    return [
+        (capacity, name, *(statistics.median(t[i] for t in ts) for i in range(4)), 0.0)
+        for name, ts in times.items()
+    ]
 
 
 def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace, rows: list) -> None:
@@ -531,6 +590,12 @@ def main() -> None:
                 rows.extend(flashbax_rows(peer, capacity))
     if rows:
         print_rows(rows)
+    if args.flashbax_python and not args.only_scaling:
+        print("\nfunrl against flashbax, timed in turn repeat by repeat (per add / sample of 256):\n")
+        h2h = []
+        for capacity in capacities:
+            h2h.extend(bench_head_to_head(capacity, device, args))
+        print_rows(h2h)
     if not args.no_scaling:
         caps = sorted(int(c) for c in args.capacities.split(","))
         small, large = caps[0], caps[-1]
