@@ -18,6 +18,8 @@ import funrl.envs.minatar  # noqa: F401  (registers the ids)
 from funrl import control, random
 from funrl import tree as ftree
 from funrl.envs import make
+from funrl.envs.core import Environment
+from funrl.envs.minatar import _common
 from funrl.envs.minatar.breakout import BreakoutState
 from funrl.envs.minatar.space_invaders import SpaceInvadersState
 
@@ -291,6 +293,79 @@ def test_vmap_equals_loop_and_final_obs(env_id: str) -> None:
                 assert torch.equal(ref[i][0], env.reset(k_reset_i, params)[0])
         state, loop_states = out[1], [r[1] for r in ref]
     assert ended >= 1
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_step_equals_the_generic_auto_reset(env_id: str) -> None:
+    """The games' ``step`` picks the state before drawing the observation; it must return exactly
+    what ``Environment.step`` (observation of both, then ``where``) returns, ends included."""
+    env, params = make(env_id, max_episode_steps=7)
+    n = 16
+    keys = random.split(random.key(6), n)
+    _, state = torch.func.vmap(env.reset, in_dims=(0, None))(keys, params)
+    fast = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))
+    generic = torch.func.vmap(lambda *a: Environment.step(env, *a), in_dims=(0, 0, 0, None))
+    ended = 0
+    for t in range(20):
+        k_act, k_step = random.split(random.fold_in(random.key(7), t))
+        acts = random.randint(k_act, (n,), 0, env.action_space(params).n)
+        step_keys = random.split(k_step, n)
+        out, ref = fast(step_keys, state, acts, params), generic(step_keys, state, acts, params)
+        assert ftree.tree_equal(out, ref), t
+        assert out[0].dtype == torch.bool
+        assert all(board.dtype == torch.uint8 for board in out[1] if board.dim() == 3)  # [n, 10, 10]
+        ended += int((out[3] | out[4]).sum())
+        state = out[1]
+    assert ended >= n
+
+
+def one_hot_stack(cells: list[tuple[int, int]], boards: list[torch.Tensor]) -> torch.Tensor:
+    """The observation as MinAtar lays it out, built the obvious way (the reference for the packing);
+    a cell off the board shows nowhere."""
+    planes = []
+    for row, col in cells:
+        plane = torch.zeros(10, 10, dtype=torch.bool)
+        if 0 <= row < 10 and 0 <= col < 10:
+            plane[row, col] = True
+        planes.append(plane)
+    return torch.stack(planes + [b.bool() for b in boards], dim=-1)
+
+
+@pytest.mark.parametrize("byteorder", ["little", "big"])
+@pytest.mark.parametrize("n_cells, n_boards", [(1, 1), (3, 1), (1, 5), (2, 3), (1, 2)])
+def test_binary_image_equals_stacked_channels(
+    n_cells: int, n_boards: int, byteorder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every channel count (4: int32 words, 6: int16 words, others and big-endian: bytes), vmapped."""
+    monkeypatch.setattr(_common.sys, "byteorder", byteorder)
+    g = torch.Generator().manual_seed(n_cells * 10 + n_boards)
+    n = 8
+    cells = torch.randint(-1, 12, (n, n_cells, 2), generator=g)  # off the board too (rows 10, 11, -1)
+    cells[0] = 4  # and one env with every cell on the board
+    boards = (torch.rand(n, n_boards, 10, 10, generator=g) < 0.4).to(torch.uint8)
+    image = torch.func.vmap(lambda c, b: _common.binary_image([tuple(rc) for rc in c], list(b)))(
+        cells, boards
+    )
+    assert image.dtype == torch.bool and image.shape == (n, 10, 10, n_cells + n_boards)
+    for i in range(n):
+        assert torch.equal(image[i], one_hot_stack([tuple(rc) for rc in cells[i].tolist()], list(boards[i])))
+
+
+def test_breakout_steps_past_a_terminal_state() -> None:
+    """Stepping on from a terminal state (a ball past the paddle, as ``step_env`` without the
+    auto-reset, or gymnasium's next-step reset, does) moves the ball off the board: it must
+    vanish from the image, as MinAtar's one-hot boards would show it, not fail."""
+    env, params = make("Breakout-MinAtar", sticky_action_prob=0.0)
+    _, state = env.reset(random.key(0), params)
+    state = state._replace(ball_x=torch.tensor(0), ball_y=torch.tensor(8), ball_dir=torch.tensor(3))
+    state = state._replace(pos=torch.tensor(9))
+    obs, state, _, terminated, _, _ = env.step_env(random.key(1), state, torch.tensor(0), params)
+    assert bool(terminated) and int(state.ball_y) == 9
+    for _ in range(2):
+        obs, state, *_ = env.step_env(random.key(1), state, torch.tensor(0), params)
+    assert int(state.ball_y) == 11 and int(state.last_y) == 10
+    assert not bool(obs[..., 1].any()) and not bool(obs[..., 2].any())  # ball and trail: off the board
+    assert int(obs[9, 9, 0]) == 1 and int(obs[..., 3].sum()) == 30  # paddle and bricks still drawn
 
 
 def test_truncation_at_the_time_limit() -> None:

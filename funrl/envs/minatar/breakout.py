@@ -13,6 +13,9 @@ Actions: MinAtar's default full set of 6 (``n l u r d f``; only ``l``/``r`` move
 minimal set ``(n, l, r)`` with ``use_minimal_action_set=True`` (MinAtar's gym ``-v1`` ids).
 Sticky actions with ``sticky_action_prob=0.1`` as ``minatar.Environment``'s default.
 
+The state keeps ``brick_map`` as uint8 0/1 ``[10, 10]`` boards (a bool board is accepted):
+inductor's CPU code for bool boards is many times slower (see ``_common``).
+
 Deliberate differences: the previous action (for sticky actions) restarts as no-op on each new
 episode, where MinAtar carries it over from the last episode; MinAtar has no time limit, funrl
 truncates at ``max_steps_in_episode`` (1000 by default, gymnax's value; raise it to disable).
@@ -31,12 +34,20 @@ from funrl.envs.minatar._common import (
     GRID,
     action_space,
     active_action_set,
-    bottom_row_cell,
+    as_board,
+    auto_reset_step,
+    band,
+    binary_image,
+    board_any,
+    board_at,
+    board_if,
+    bottom_row,
+    cell_index,
     check_minatar_options,
     grid_coords,
     move_column,
-    one_hot_cell,
     resolve_action,
+    set_cell,
 )
 from funrl.envs.registry import register
 
@@ -57,7 +68,7 @@ class BreakoutState(NamedTuple):
     ball_y: torch.Tensor
     ball_dir: torch.Tensor  # 0 up-left, 1 up-right, 2 down-right, 3 down-left
     pos: torch.Tensor  # paddle column
-    brick_map: torch.Tensor  # bool [10, 10]
+    brick_map: torch.Tensor  # uint8 [10, 10], 1 where a brick is (see _common: no bool boards)
     strike: torch.Tensor  # bool: the ball hit a brick on the previous step
     last_x: torch.Tensor
     last_y: torch.Tensor
@@ -67,7 +78,7 @@ class BreakoutState(NamedTuple):
 
 def initial_bricks(device: torch.device) -> torch.Tensor:
     rows, _ = grid_coords(device)
-    return ((rows >= 1) & (rows <= 3)).expand(GRID, GRID).clone()
+    return band(rows, 1, 3).expand(GRID, GRID).to(torch.uint8)
 
 
 class Breakout(Environment[BreakoutState, BreakoutParams]):
@@ -81,10 +92,10 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
 
     def observation(self, state: BreakoutState, params: BreakoutParams) -> torch.Tensor:
         """bool ``[10, 10, 4]``: paddle, ball, trail (the ball's previous cell), bricks."""
-        paddle = bottom_row_cell(state.pos)
-        ball = one_hot_cell(state.ball_y, state.ball_x)
-        trail = one_hot_cell(state.last_y, state.last_x)
-        return torch.stack([paddle, ball, trail, state.brick_map], dim=-1)
+        paddle = (bottom_row(state.pos), state.pos)
+        ball = (state.ball_y, state.ball_x)
+        trail = (state.last_y, state.last_x)
+        return binary_image([paddle, ball, trail], [as_board(state.brick_map)])
 
     def reset_env(self, key: torch.Tensor, params: BreakoutParams) -> tuple[torch.Tensor, BreakoutState]:
         start_right = random.randint(key, (), 0, 2)  # MinAtar: [(0, 2), (9, 3)][randint(2)]
@@ -121,14 +132,21 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
         new_x = new_x.clamp(0, GRID - 1)
         d = torch.where(hit_side, d ^ 1, d)
 
+        # Positions stay flat cell indices: the brick under the ball is one gather, the broken
+        # brick is cleared with one scatter, the refill is an elementwise ``|``, and MinAtar's
+        # refill test (any brick left?) is the one reduction over the board.
         hit_top = new_y < 0
-        brick_cell = one_hot_cell(new_y.clamp(0, GRID - 1), new_x)
-        hit_brick = ~hit_top & (state.brick_map & brick_cell).any()
+        bricks = as_board(state.brick_map)
+        cell = cell_index(new_y.clamp(0, GRID - 1), new_x)
+        brick_there = board_at(bricks, cell)
+        hit_brick = ~hit_top & brick_there
         at_bottom = ~hit_top & ~hit_brick & (new_y == GRID - 1)
         breaks = hit_brick & ~state.strike
         reward = breaks.to(torch.float32)
-        brick_map = state.brick_map & ~(brick_cell & breaks)
-        brick_map = brick_map | (at_bottom & ~state.brick_map.any()) & initial_bricks(key.device)
+        refill = at_bottom & ~board_any(bricks)
+        brick_map = set_cell(bricks, cell, brick_there & ~breaks) | board_if(
+            refill, initial_bricks(key.device)
+        )
         paddle_under_ball = state.ball_x == pos
         paddle_at_landing = new_x == pos
         bounce_back = at_bottom & paddle_under_ball
@@ -154,6 +172,16 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
         )
         truncated = time_limit_reached(time, params) & ~terminated
         return self.observation(state, params), state, reward, terminated, truncated, {}
+
+    def step(
+        self,
+        key: torch.Tensor,
+        state: BreakoutState,
+        action: torch.Tensor,
+        params: BreakoutParams | None = None,
+    ):
+        """``Environment.step``'s auto-reset, with the observation drawn once from the chosen state."""
+        return auto_reset_step(self, key, state, action, params)
 
     def observation_space(self, params: BreakoutParams | None = None) -> Box:
         return Box(low=False, high=True, shape=(GRID, GRID, 4), dtype=torch.bool)

@@ -16,6 +16,9 @@ enemy_bullet), MinAtar's layout. Actions: MinAtar's default full set of 6 (``n l
 or the minimal set ``(n, l, r, f)`` with ``use_minimal_action_set=True``. Sticky actions with
 probability 0.1 as ``minatar.Environment``'s default.
 
+The state keeps the bullet and alien maps as uint8 0/1 ``[10, 10]`` boards (a bool board is accepted):
+inductor's CPU code for bool boards is many times slower (see ``_common``).
+
 Deliberate differences: the previous action (for sticky actions) restarts as no-op on each new
 episode; funrl truncates at ``max_steps_in_episode`` (1000 by default, gymnax's value), MinAtar
 has no time limit.
@@ -34,12 +37,22 @@ from funrl.envs.minatar._common import (
     GRID,
     action_space,
     active_action_set,
-    bottom_row_cell,
+    as_board,
+    auto_reset_step,
+    band,
+    binary_image,
+    board_any,
+    board_at,
+    board_if,
+    bottom_row,
+    bottom_row_index,
+    cell_index,
     check_minatar_options,
     grid_coords,
     move_column,
-    one_hot_cell,
     resolve_action,
+    select_board,
+    set_cell,
 )
 from funrl.envs.registry import register
 
@@ -62,9 +75,10 @@ class SpaceInvadersParams(EnvParams):
 
 class SpaceInvadersState(NamedTuple):
     pos: torch.Tensor  # cannon column (row 9)
-    f_bullet_map: torch.Tensor  # bool [10, 10]
-    e_bullet_map: torch.Tensor  # bool [10, 10]
-    alien_map: torch.Tensor  # bool [10, 10]
+    # Boards: uint8 [10, 10], 1 where a bullet / alien is (see _common: no bool boards).
+    f_bullet_map: torch.Tensor
+    e_bullet_map: torch.Tensor
+    alien_map: torch.Tensor
     alien_dir: torch.Tensor  # -1 left, +1 right
     enemy_move_interval: torch.Tensor
     alien_move_timer: torch.Tensor
@@ -77,28 +91,35 @@ class SpaceInvadersState(NamedTuple):
 
 def initial_aliens(device: torch.device) -> torch.Tensor:
     rows, cols = grid_coords(device)
-    return (rows <= 3) & (cols >= 2) & (cols <= 7)
+    return (band(rows, 0, 3) * band(cols, 2, 7)).to(torch.uint8)
 
 
 def shift_rows(board: torch.Tensor, shift: int) -> torch.Tensor:
-    """``np.roll`` by ``shift`` rows, then clear the rows that wrapped in (MinAtar's bullet move)."""
-    rolled = torch.roll(board, shift, dims=0)
-    rows, _ = grid_coords(board.device)
-    cleared = rows == (GRID - 1 if shift < 0 else 0)
-    return rolled & ~cleared
+    """``np.roll`` by ``shift`` (-1: up, +1: down) rows, then clear the row that wrapped in
+    (MinAtar's bullet move)."""
+    # Rows move by slicing and concatenating (contiguous copies); ``torch.roll`` along rows
+    # compiled to a scalar loop with a modulo per cell.
+    empty = torch.zeros(1, GRID, dtype=board.dtype, device=board.device)
+    return torch.cat([board[1:], empty]) if shift < 0 else torch.cat([empty, board[:-1]])
 
 
-def nearest_alien_shot(alien_map: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """A bool board with the cell that fires: in the occupied column nearest ``pos`` (ties to the
-    left, as MinAtar's stable sort of columns by distance), the alien lowest on the screen."""
-    rows, cols = grid_coords(alien_map.device)
-    occupied = alien_map.any(dim=0)  # [10] columns
-    order = (cols[0] - pos).abs() * GRID + cols[0]  # distance first, then column
+def column_any(board: torch.Tensor, col: int) -> torch.Tensor:
+    return board[:, col].sum(dtype=torch.int32) > 0
+
+
+def nearest_alien_shot(alien_map: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat cell that fires and whether any alien can: in the occupied column nearest ``pos``
+    (ties to the left, as MinAtar's stable sort of columns by distance), the alien lowest on the
+    screen. Per column and per row only (10 values), never a mask over the board."""
+    _, cols = grid_coords(alien_map.device)
+    col_idx = cols[0]
+    occupied = alien_map.sum(dim=0, dtype=torch.int32) > 0  # [10] columns
+    order = (col_idx - pos).abs() * GRID + col_idx  # distance first, then column
     order = torch.where(occupied, order, GRID * GRID * 2)
     column = torch.argmin(order)
-    in_column = alien_map & (cols == column)
-    lowest = torch.where(in_column.any(dim=1), rows[:, 0], -1).max()
-    return one_hot_cell(lowest, column) & occupied.any()
+    in_column = torch.gather(alien_map, 1, column.reshape(1, 1).expand(GRID, 1)).reshape(GRID)
+    lowest = (in_column.to(torch.int64) * (col_idx + 1)).amax() - 1  # the lowest occupied row
+    return cell_index(lowest.clamp(min=0), column), occupied.any()
 
 
 class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
@@ -111,19 +132,11 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         return SpaceInvadersParams()
 
     def observation(self, state: SpaceInvadersState, params: SpaceInvadersParams) -> torch.Tensor:
-        cannon = bottom_row_cell(state.pos)
+        cannon = (bottom_row(state.pos), state.pos)
+        aliens = as_board(state.alien_map)
         moving_left = state.alien_dir < 0
-        return torch.stack(
-            [
-                cannon,
-                state.alien_map,
-                state.alien_map & moving_left,
-                state.alien_map & ~moving_left,
-                state.f_bullet_map,
-                state.e_bullet_map,
-            ],
-            dim=-1,
-        )
+        boards = [aliens, board_if(moving_left, aliens), board_if(~moving_left, aliens)]
+        return binary_image([cannon], [*boards, as_board(state.f_bullet_map), as_board(state.e_bullet_map)])
 
     def reset_env(
         self, key: torch.Tensor, params: SpaceInvadersParams
@@ -131,12 +144,12 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         def scalar(v: int) -> torch.Tensor:
             return torch.full((), v, dtype=torch.int64, device=key.device)
 
-        empty = torch.zeros(GRID, GRID, dtype=torch.bool, device=key.device)
+        empty = torch.zeros(GRID, GRID, dtype=torch.uint8, device=key.device)
         state = SpaceInvadersState(
             pos=scalar(5),
             f_bullet_map=empty,
             e_bullet_map=empty.clone(),
-            alien_map=initial_aliens(key.device).clone(),
+            alien_map=initial_aliens(key.device),
             alien_dir=scalar(-1),
             enemy_move_interval=scalar(ENEMY_MOVE_INTERVAL),
             alien_move_timer=scalar(ENEMY_MOVE_INTERVAL),
@@ -155,61 +168,66 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         action_set = active_action_set(MINIMAL_ACTION_SET, params.use_minimal_action_set)
         a = resolve_action(key, action, state.last_action, action_set, params.sticky_action_prob)
 
+        # Boards are uint8 0/1 and only gathered, scattered, shifted and combined arithmetically
+        # (see _common); cells are flat indices.
         # The cannon: fire (when cooled down), else move (``f`` is neither ``l`` nor ``r``).
         fires = (a == FIRE) & (state.shot_timer == 0)
-        f_bullets = state.f_bullet_map | (bottom_row_cell(state.pos) & fires)
+        f_bullets = as_board(state.f_bullet_map)
+        muzzle = bottom_row_index(state.pos)
+        f_bullets = set_cell(f_bullets, muzzle, board_at(f_bullets, muzzle) | fires)
         shot_timer = torch.where(fires, SHOT_COOL_DOWN, state.shot_timer)
         pos = move_column(state.pos, a)
-        cannon_cell = bottom_row_cell(pos)
+        cannon = bottom_row_index(pos)
 
         # Bullets.
         f_bullets = shift_rows(f_bullets, -1)
-        e_bullets = shift_rows(state.e_bullet_map, 1)
-        terminated = (e_bullets & cannon_cell).any()
+        e_bullets = shift_rows(as_board(state.e_bullet_map), 1)
+        terminated = board_at(e_bullets, cannon)
 
         # Aliens: move on the timer; at a wall reverse and descend.
-        aliens = state.alien_map
-        terminated = terminated | (aliens & cannon_cell).any()
+        aliens = as_board(state.alien_map)
+        terminated = terminated | board_at(aliens, cannon)
         moves = state.alien_move_timer == 0
-        count = aliens.sum()
+        count = aliens.sum(dtype=torch.int64)
         alien_move_timer = torch.where(
             moves, torch.minimum(count, state.enemy_move_interval), state.alien_move_timer
         )
-        at_wall = (aliens[:, 0].any() & (state.alien_dir < 0)) | (
-            aliens[:, GRID - 1].any() & (state.alien_dir > 0)
+        at_wall = (column_any(aliens, 0) & (state.alien_dir < 0)) | (
+            column_any(aliens, GRID - 1) & (state.alien_dir > 0)
         )
         descend = moves & at_wall
         sideways = moves & ~at_wall
-        terminated = terminated | (descend & aliens[GRID - 1].any())
+        terminated = terminated | (descend & board_any(aliens[GRID - 1]))
         alien_dir = torch.where(descend, -state.alien_dir, state.alien_dir)
-        shifted_side = torch.where(
+        shifted_side = select_board(
             state.alien_dir > 0, torch.roll(aliens, 1, dims=1), torch.roll(aliens, -1, dims=1)
         )
-        aliens = torch.where(
-            descend, torch.roll(aliens, 1, dims=0), torch.where(sideways, shifted_side, aliens)
+        aliens = select_board(
+            descend, torch.roll(aliens, 1, dims=0), select_board(sideways, shifted_side, aliens)
         )
-        terminated = terminated | (moves & (aliens & cannon_cell).any())
+        terminated = terminated | (moves & board_at(aliens, cannon))
 
         # The nearest alien shoots on its timer.
         shoots = state.alien_shot_timer == 0
         alien_shot_timer = torch.where(shoots, ENEMY_SHOT_INTERVAL, state.alien_shot_timer)
-        e_bullets = e_bullets | (nearest_alien_shot(aliens, pos) & shoots)
+        shooter, can_shoot = nearest_alien_shot(aliens, pos)
+        e_bullets = set_cell(e_bullets, shooter, board_at(e_bullets, shooter) | (shoots & can_shoot))
 
         # Hits.
         kills = aliens & f_bullets
-        reward = kills.sum().to(torch.float32)
-        aliens = aliens & ~kills
-        f_bullets = f_bullets & ~kills
+        reward = kills.sum(dtype=torch.int32).to(torch.float32)
+        aliens = aliens ^ kills
+        f_bullets = f_bullets ^ kills
 
         # Timers, and a new wave (faster, with ramping) when the block is cleared.
         shot_timer = shot_timer - (shot_timer > 0).to(torch.int64)
         alien_move_timer = alien_move_timer - 1
         alien_shot_timer = alien_shot_timer - 1
-        cleared = ~aliens.any()
+        cleared = ~board_any(aliens)
         ramps = cleared & (state.enemy_move_interval > FASTEST_MOVE_INTERVAL) & params.ramping
         enemy_move_interval = state.enemy_move_interval - ramps.to(torch.int64)
         ramp_index = state.ramp_index + ramps.to(torch.int64)
-        aliens = aliens | (cleared & initial_aliens(key.device))
+        aliens = aliens | board_if(cleared, initial_aliens(key.device))
 
         time = state.time + 1
         state = SpaceInvadersState(
@@ -228,6 +246,16 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         )
         truncated = time_limit_reached(time, params) & ~terminated
         return self.observation(state, params), state, reward, terminated, truncated, {}
+
+    def step(
+        self,
+        key: torch.Tensor,
+        state: SpaceInvadersState,
+        action: torch.Tensor,
+        params: SpaceInvadersParams | None = None,
+    ):
+        """``Environment.step``'s auto-reset, with the observation drawn once from the chosen state."""
+        return auto_reset_step(self, key, state, action, params)
 
     def observation_space(self, params: SpaceInvadersParams | None = None) -> Box:
         return Box(low=False, high=True, shape=(GRID, GRID, 6), dtype=torch.bool)
