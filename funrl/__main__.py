@@ -125,6 +125,11 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.cpp_wrapper and args.no_compile:
         raise run.RunError("--cpp-wrapper: applies only to the compiled step; drop it or --no-compile")
+    if args.cpp_wrapper and args.seeds > 1:
+        raise run.RunError(
+            f"--cpp-wrapper: one seed per run (got --seeds {args.seeds}); inductor's C++ wrapper "
+            "crashed torch 2.13 on the vmapped multi-seed step"
+        )
     algo, config = config_from_args(args)
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")
@@ -221,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cpp-wrapper",
         action="store_true",
         help="compile the step with inductor's C++ wrapper: on CPU a PPO CartPole update runs about "
-        "1.5-2x faster, for a first compile about 1.5x longer; worth it for long runs (default: off)",
+        "1.5-2x faster, for a first compile about 1.5x longer; worth it for long runs; one seed "
+        "only (--seeds 1) (default: off)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

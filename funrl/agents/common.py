@@ -330,9 +330,16 @@ def make_step(
 
     ``mode`` and ``options`` go to :func:`funrl.control.compile` (e.g. ``{"cpp_wrapper": True}``:
     inductor's C++ wrapper, which on CPU runs a PPO update about twice as fast as the default
-    Python wrapper for about 1.5x the compile time; see BENCHMARKS.md).
+    Python wrapper for about 1.5x the compile time; see BENCHMARKS.md). The C++ wrapper is
+    refused for a vmapped step: under torch 2.13 the 8-seed vmapped PPO step compiled with it
+    crashed the process (a segfault in libtorch) in this project's benchmark.
     """
     _check_host_env(agent, batched, compile)
+    if batched and compile and (options or {}).get("cpp_wrapper"):
+        raise ValueError(
+            "options: cpp_wrapper=True is refused for a vmapped (multi-seed) step; it crashed torch "
+            "2.13 on the vmapped PPO step. Train one seed per process with it, or drop it"
+        )
 
     def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
         return agent.update(state, random.fold_in(run_key, state.update_count))

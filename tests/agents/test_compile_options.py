@@ -75,3 +75,22 @@ def test_cli_cpp_wrapper_with_no_compile_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--cpp-wrapper" in err[0] and "--no-compile" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_cpp_wrapper_is_refused_for_a_vmapped_step(recorded_compiles: list[dict[str, Any]]) -> None:
+    agent = dqn.make_train(TINY)
+    with pytest.raises(ValueError, match="options: cpp_wrapper"):
+        common.make_step(agent, batched=True, compile=True, options={"cpp_wrapper": True})
+    common.make_step(agent, batched=True, compile=True, options={"size_asserts": False})
+    assert recorded_compiles[-1]["options"] == {"size_asserts": False}
+
+
+def test_cli_cpp_wrapper_with_several_seeds_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from funrl.__main__ import main
+
+    code = main(["train", "ppo", "--out", str(tmp_path / "r"), "--seeds", "2", "--cpp-wrapper"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--cpp-wrapper" in err[0] and "--seeds 2" in err[0]
+    assert not (tmp_path / "r").exists()
