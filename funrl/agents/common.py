@@ -319,6 +319,16 @@ def _check_host_env(agent: Agent, batched: bool, compile: bool) -> None:
         )
 
 
+def check_compile_options(batched: bool, compile: bool, options: dict[str, Any] | None) -> None:
+    """Refuse inductor's C++ wrapper for a vmapped step (see :func:`make_step`): a ValueError
+    naming ``options``, raised before anything is compiled or written."""
+    if batched and compile and (options or {}).get("cpp_wrapper"):
+        raise ValueError(
+            "options: cpp_wrapper=True is refused for a vmapped (multi-seed) step; it crashed torch "
+            "2.13 on the vmapped PPO step. Train one seed per process with it, or drop it"
+        )
+
+
 def make_step(
     agent: Agent,
     batched: bool,
@@ -335,11 +345,7 @@ def make_step(
     crashed the process (a segfault in libtorch) in this project's benchmark.
     """
     _check_host_env(agent, batched, compile)
-    if batched and compile and (options or {}).get("cpp_wrapper"):
-        raise ValueError(
-            "options: cpp_wrapper=True is refused for a vmapped (multi-seed) step; it crashed torch "
-            "2.13 on the vmapped PPO step. Train one seed per process with it, or drop it"
-        )
+    check_compile_options(batched, compile, options)
 
     def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
         return agent.update(state, random.fold_in(run_key, state.update_count))

@@ -94,3 +94,10 @@ def test_cli_cpp_wrapper_with_several_seeds_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--cpp-wrapper" in err[0] and "--seeds 2" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_train_run_refuses_cpp_wrapper_for_several_seeds_before_writing(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    with pytest.raises(ValueError, match="options: cpp_wrapper"):
+        run.train_run("dqn", TINY, out, num_seeds=2, compile_options={"cpp_wrapper": True})
+    assert not out.exists()
