@@ -170,11 +170,16 @@ def binary_image(cells: list[tuple[torch.Tensor, torch.Tensor]], boards: list[to
 
 
 def auto_reset_step(
-    env: Environment, key: torch.Tensor, state: Any, action: torch.Tensor, params: EnvParams | None
+    env: Environment,
+    key: torch.Tensor,
+    state: Any,
+    action: torch.Tensor,
+    params: EnvParams | None = None,
 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """``Environment.step`` (same keys, same outputs) with the state chosen before the observation
     is drawn: ``observation(where(done, reset_state, step_state))`` equals ``where(done,
-    reset_obs, step_obs)``, and selects 100-cell uint8 boards instead of bool images."""
+    reset_obs, step_obs)``, and selects 100-cell uint8 boards instead of bool images. A game
+    whose observation is drawn from boards takes it as its ``step`` (``step = auto_reset_step``)."""
     params = env.default_params if params is None else params
     key_step, key_reset = env.step_keys(key, params)
     obs_step, state_step, reward, terminated, truncated, info = env.step_env(key_step, state, action, params)

@@ -173,15 +173,8 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
         truncated = time_limit_reached(time, params) & ~terminated
         return self.observation(state, params), state, reward, terminated, truncated, {}
 
-    def step(
-        self,
-        key: torch.Tensor,
-        state: BreakoutState,
-        action: torch.Tensor,
-        params: BreakoutParams | None = None,
-    ):
-        """``Environment.step``'s auto-reset, with the observation drawn once from the chosen state."""
-        return auto_reset_step(self, key, state, action, params)
+    # Environment.step's auto-reset, with the observation drawn once from the chosen state.
+    step = auto_reset_step
 
     def observation_space(self, params: BreakoutParams | None = None) -> Box:
         return Box(low=False, high=True, shape=(GRID, GRID, 4), dtype=torch.bool)

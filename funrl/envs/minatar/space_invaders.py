@@ -103,10 +103,6 @@ def shift_rows(board: torch.Tensor, shift: int) -> torch.Tensor:
     return torch.cat([board[1:], empty]) if shift < 0 else torch.cat([empty, board[:-1]])
 
 
-def column_any(board: torch.Tensor, col: int) -> torch.Tensor:
-    return board[:, col].sum(dtype=torch.int32) > 0
-
-
 def nearest_alien_shot(alien_map: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat cell that fires and whether any alien can: in the occupied column nearest ``pos``
     (ties to the left, as MinAtar's stable sort of columns by distance), the alien lowest on the
@@ -192,8 +188,8 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         alien_move_timer = torch.where(
             moves, torch.minimum(count, state.enemy_move_interval), state.alien_move_timer
         )
-        at_wall = (column_any(aliens, 0) & (state.alien_dir < 0)) | (
-            column_any(aliens, GRID - 1) & (state.alien_dir > 0)
+        at_wall = (board_any(aliens[:, 0]) & (state.alien_dir < 0)) | (
+            board_any(aliens[:, GRID - 1]) & (state.alien_dir > 0)
         )
         descend = moves & at_wall
         sideways = moves & ~at_wall
@@ -247,15 +243,8 @@ class SpaceInvaders(Environment[SpaceInvadersState, SpaceInvadersParams]):
         truncated = time_limit_reached(time, params) & ~terminated
         return self.observation(state, params), state, reward, terminated, truncated, {}
 
-    def step(
-        self,
-        key: torch.Tensor,
-        state: SpaceInvadersState,
-        action: torch.Tensor,
-        params: SpaceInvadersParams | None = None,
-    ):
-        """``Environment.step``'s auto-reset, with the observation drawn once from the chosen state."""
-        return auto_reset_step(self, key, state, action, params)
+    # Environment.step's auto-reset, with the observation drawn once from the chosen state.
+    step = auto_reset_step
 
     def observation_space(self, params: SpaceInvadersParams | None = None) -> Box:
         return Box(low=False, high=True, shape=(GRID, GRID, 6), dtype=torch.bool)
