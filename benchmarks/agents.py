@@ -31,6 +31,17 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _vector_isa() -> str:
+    # Inductor validates the CPU's vector ISA by loading a test library in a child Python that
+    # inherits this process's sys.path; when that child fails (e.g. a file beside the script
+    # shadows a standard module), every kernel compiles scalar, silently (a [128, 64] tanh in the
+    # PPO step then took 141 µs a call).
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    return str(isa) if isa else "none: inductor compiles scalar kernels (timings not comparable)"
+
+
 def run_funrl(config: ppo.PPOConfig, num_seeds: int | None, device: str, cpp_wrapper: bool) -> dict:
     # A fresh dynamo state per row: each row's compile is timed from scratch (inductor's on-disk
     # cache is left alone; give the run a fresh TORCHINDUCTOR_CACHE_DIR for cold compiles).
@@ -113,6 +124,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     config = ppo.PPOConfig(total_steps=args.total_steps)
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+    if args.device == "cpu":
+        print(f"inductor vector ISA: {_vector_isa()}")
     rows = []
     variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.cpp_wrapper]
     for cpp in variants:

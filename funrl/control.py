@@ -21,7 +21,7 @@ Carry = Any
 Tree = Any
 
 
-INDUCTOR_OPTIONS: dict[str, Any] = {"realize_reads_threshold": 1}
+INDUCTOR_OPTIONS: dict[str, Any] = {"realize_reads_threshold": 1, "size_asserts": False}
 """Inductor options funrl compiles with.
 
 Threefry's 20 rounds read each word two or three times; with inductor's default
@@ -30,6 +30,11 @@ generated kernel grows until code generation dominates: one ``uniform`` graph to
 compile and ran in 108 µs. Realising every multiply-read intermediate cut that to 15 s and 47 µs
 (measured on the 2-core CI-like machine, torch 2.13), and a whole PPO update step compiles
 several times faster.
+
+``size_asserts=False`` drops the size-and-stride check inductor's wrapper runs on every input of
+a graph and of every loop-body subgraph, on every call and every loop iteration (dynamo's guards
+already check the graph's own inputs). A PPO rollout iteration ran 38 of them; the PPO CartPole
+update went from 25.9 to 21.5 ms (one process, 9 rounds in turn, 2-core CPU, torch 2.13).
 """
 
 
