@@ -193,6 +193,30 @@ def test_compiled_unrolled_scan_equals_eager_loop():
     assert torch.equal(got[1][1]["steps"], torch.arange(7).flip(0))  # reverse: step t ran (6 - t)-th
 
 
+@pytest.mark.slow
+def test_compile_drops_size_asserts_and_user_options_override_them():
+    """funrl.control.compile takes INDUCTOR_OPTIONS (no per-iteration size asserts in a scan's
+    loop body) and still equals eager; a caller's options win over funrl's."""
+    from torch._inductor.utils import run_and_get_code
+
+    def decay(total: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        total = 0.5 * total + x
+        return total, total.sum()
+
+    def run(total: torch.Tensor, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return scan(decay, total, xs)
+
+    init, xs = torch.zeros(3), R.normal(R.key(7), (5, 3))
+    expected = reference_scan(decay, init, xs)
+    # The on-disk graph cache would hand back earlier code without generating it again.
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        got, (code,) = run_and_get_code(compile(run), init, xs)
+        _, (code_with_asserts,) = run_and_get_code(compile(run, options={"size_asserts": True}), init, xs)
+    assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert "while_loop" in code and "assert_size_stride(" not in code
+    assert "assert_size_stride(" in code_with_asserts
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------
