@@ -80,8 +80,16 @@ def rollout(
     random._check_key(key)
     env_params = env.default_params if env_params is None else env_params
 
-    def one_step(carry: RolloutState, t: torch.Tensor) -> tuple[RolloutState, Trajectory]:
-        key_policy, key_env = random.split(random.fold_in(key, t))
+    # Every step's keys are drawn before the loop, in one vectorised call: inside a compiled loop
+    # each Threefry call costs a kernel and tens of small buffers per iteration (host work that
+    # dwarfs the arithmetic on a few envs), outside it the draw for all T steps is one kernel.
+    # The keys are the same ``split(fold_in(key, t))`` as a per-step draw.
+    step_keys = torch.func.vmap(lambda t: random.split(random.fold_in(key, t)))(
+        torch.arange(num_steps, device=key.device)
+    )
+
+    def one_step(carry: RolloutState, keys: torch.Tensor) -> tuple[RolloutState, Trajectory]:
+        key_policy, key_env = keys[0], keys[1]
         action, extras = policy_fn(key_policy, carry.obs)
         obs, env_state, reward, terminated, truncated, info = env.step(
             key_env, carry.env_state, action, env_params
@@ -92,4 +100,4 @@ def rollout(
         return RolloutState(obs, env_state), transition
 
     obs, env_state = state
-    return control.scan(one_step, RolloutState(obs, env_state), length=num_steps)
+    return control.scan(one_step, RolloutState(obs, env_state), step_keys)
