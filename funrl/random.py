@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch._C._functorch import is_batchedtensor
 
 __all__ = [
     "Key",
@@ -142,11 +143,13 @@ _UNROLL_MAX_BLOCKS = 8
 
 def _block(k: Key, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     n = math.prod(shape)
-    if 1 < n <= _UNROLL_MAX_BLOCKS and torch.compiler.is_compiling():
+    if 1 < n <= _UNROLL_MAX_BLOCKS and torch.compiler.is_compiling() and is_batchedtensor(k):
         # Under vmap the counter axis of a small draw (a reset's 2-4 values) is the innermost
         # axis, and inductor vectorises the innermost axis: a 2-wide counter axis wastes 7/8 of
         # each 16-lane vector and leaves the env axis scalar (measured: CartPole's reset draw
-        # 8x slower). One block per counter keeps the batch axis innermost; same values.
+        # 8x slower). One block per counter keeps the batch axis innermost; same values. A key
+        # outside vmap has no batch axis to keep innermost: there the counter axis is the one to
+        # vectorise, and unrolling would only multiply the code to compile.
         blocks = [threefry2x32((k[0], k[1]), (0, i)) for i in range(n)]
         y0 = torch.stack([b[0] for b in blocks])
         y1 = torch.stack([b[1] for b in blocks])

@@ -331,6 +331,21 @@ def test_compile_equals_eager():
                 assert torch.equal(c, e)
 
 
+def _small_draws(k: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # A draw of at most _UNROLL_MAX_BLOCKS blocks compiles one way under vmap (one block per
+    # counter) and another outside it (the counter axis vectorised); both must give these values.
+    return R.bits(k, (3,)), vmap(lambda kk: R.bits(kk, (2,)))(keys)
+
+
+@pytest.mark.slow
+def test_compiled_small_draws_equal_eager_inside_and_outside_vmap():
+    compiled = torch.compile(_small_draws, fullgraph=True)
+    k, keys = R.key(5), R.split(R.key(6), 3)
+    for e, c in zip(_small_draws(k, keys), compiled(k, keys), strict=True):
+        assert e.shape == c.shape
+        assert torch.equal(c, e)
+
+
 # ---------------------------------------------------------------------------------------------
 # Dtypes and shapes
 # ---------------------------------------------------------------------------------------------
