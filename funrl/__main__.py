@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cpp-wrapper",
         action="store_true",
         help="compile the step with inductor's C++ wrapper: on CPU a PPO CartPole update runs about "
-        "1.5-2x faster, for a first compile about 1.5x longer; worth it for long runs; one seed "
+        "1.5x faster, for a first compile about 1.5x longer; worth it for long runs; one seed "
         "only (--seeds 1) (default: off)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")

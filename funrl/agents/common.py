@@ -339,7 +339,7 @@ def make_step(
     """``step(train_state, run_key) -> (train_state, metrics)``: update keyed by ``fold_in(run_key, count)``.
 
     ``mode`` and ``options`` go to :func:`funrl.control.compile` (e.g. ``{"cpp_wrapper": True}``:
-    inductor's C++ wrapper, which on CPU runs a PPO update about twice as fast as the default
+    inductor's C++ wrapper, which on CPU runs a PPO update about 1.5x as fast as the default
     Python wrapper for about 1.5x the compile time; see BENCHMARKS.md). The C++ wrapper is
     refused for a vmapped step: under torch 2.13 the 8-seed vmapped PPO step compiled with it
     crashed the process (a segfault in libtorch) in this project's benchmark.
