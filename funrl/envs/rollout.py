@@ -1,7 +1,7 @@
 """``rollout``: the pure, time-major trajectory collector on-policy agents call.
 
-PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: each step splits the carried key into
-a policy key and an environment key, asks ``policy_fn(key, obs)`` for an action (and any extras:
+PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` splits ``fold_in(key, t)`` into
+a policy key and an environment key (all steps' keys are drawn before the loop), asks ``policy_fn(key, obs)`` for an action (and any extras:
 log-probabilities, values), steps the environment (auto-reset) and records the transition. The
 loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE
 graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``; both give the same
@@ -89,7 +89,7 @@ def rollout(
     )
 
     def one_step(carry: RolloutState, keys: torch.Tensor) -> tuple[RolloutState, Trajectory]:
-        key_policy, key_env = keys[0], keys[1]
+        key_policy, key_env = keys
         action, extras = policy_fn(key_policy, carry.obs)
         obs, env_state, reward, terminated, truncated, info = env.step(
             key_env, carry.env_state, action, env_params
