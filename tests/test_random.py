@@ -346,6 +346,31 @@ def test_compiled_small_draws_equal_eager_inside_and_outside_vmap():
         assert torch.equal(c, e)
 
 
+def _traced_xor_count(fn, *args) -> int:
+    """Bitwise-xor nodes in the graphs dynamo traces for ``fn`` (no inductor: tracing only)."""
+    graphs = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=capture, fullgraph=True)(*args)
+    return sum("xor" in str(node.target) for gm in graphs for node in gm.graph.nodes)
+
+
+def test_small_draws_unroll_under_vmap_only():
+    # One Threefry block's worth of xors per block traced: a vmapped two-block draw is unrolled
+    # (about twice one block's), a three-block draw with an unbatched key is one vectorised block.
+    keys = R.split(R.key(6), 3)
+    one_block = _traced_xor_count(lambda ks: vmap(lambda k: R.bits(k, ()))(ks), keys)
+    vmapped_two = _traced_xor_count(lambda ks: vmap(lambda k: R.bits(k, (2,)))(ks), keys)
+    unbatched_three = _traced_xor_count(lambda k: R.bits(k, (3,)), R.key(5))
+    assert one_block > 0
+    assert vmapped_two >= 2 * one_block - 1
+    assert unbatched_three == one_block
+
+
 # ---------------------------------------------------------------------------------------------
 # Dtypes and shapes
 # ---------------------------------------------------------------------------------------------
