@@ -128,12 +128,11 @@ def main() -> None:
         print(f"inductor vector ISA: {_vector_isa()}")
     rows = []
     variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.cpp_wrapper]
-    for cpp in variants:
-        label = "compiled, C++ wrapper" if cpp else "compiled"
-        rows.append((f"funrl PPO, 1 seed ({label})", run_funrl(config, None, args.device, cpp)))
-    # The vmapped step always compiles with the Python wrapper: see make_step on cpp_wrapper.
-    many = run_funrl(config, args.seeds, args.device, cpp_wrapper=False)
-    rows.append((f"funrl PPO, {args.seeds} seeds vmapped (compiled)", many))
+    for num_seeds in (None, args.seeds):
+        for cpp in variants:
+            label = "compiled, C++ wrapper" if cpp else "compiled"
+            what = f"{num_seeds} seeds vmapped" if num_seeds else "1 seed"
+            rows.append((f"funrl PPO, {what} ({label})", run_funrl(config, num_seeds, args.device, cpp)))
     if not args.skip_sb3:
         rows.append(("Stable-Baselines3 PPO, 1 seed", run_sb3(config)))
     sb3 = rows[-1][1]["run_s"] if not args.skip_sb3 else None

@@ -319,13 +319,30 @@ def _check_host_env(agent: Agent, batched: bool, compile: bool) -> None:
         )
 
 
-def check_compile_options(batched: bool, compile: bool, options: dict[str, Any] | None) -> None:
-    """Refuse inductor's C++ wrapper for a vmapped step (see :func:`make_step`): a ValueError
-    naming ``options``, raised before anything is compiled or written."""
-    if batched and compile and (options or {}).get("cpp_wrapper"):
+VMAPPED_CPP_WRAPPER_AGENTS = frozenset({"ppo"})
+"""Agents whose vmapped (multi-seed) step compiles with inductor's C++ wrapper.
+
+Under torch 2.13 the C++ wrapper frees the handle of a ``scan`` body's loop-invariant input after
+its first use when that input is a per-seed scalar (0-d per seed, ``[S]`` batched) the body
+closes over, and the next iteration crashes the process (a segfault; reproduced with a vmapped
+6-line scan; a closed-over ``[S, 1]`` or ``[S, 3]`` tensor, or a carried scalar, runs fine).
+PPO carries its hyper-parameters through the minibatch loop instead (tests/agents/test_ppo.py).
+DQN, SAC and TD3 read the replay buffer, whose write counter is such a scalar, from their
+gradient loop's closure, and carrying a whole buffer through the loop is no option; DQN's
+vmapped step crashed with the C++ wrapper, and SAC's and TD3's failed to compile (C++ redeclaration errors
+in the generated wrapper) in scratch runs, so they are refused.
+"""
+
+
+def check_compile_options(algo: str, batched: bool, compile: bool, options: dict[str, Any] | None) -> None:
+    """Refuse inductor's C++ wrapper for a vmapped step of an agent outside
+    :data:`VMAPPED_CPP_WRAPPER_AGENTS`: a ValueError naming ``options``, raised before anything is
+    compiled or written."""
+    if batched and compile and (options or {}).get("cpp_wrapper") and algo not in VMAPPED_CPP_WRAPPER_AGENTS:
         raise ValueError(
-            "options: cpp_wrapper=True is refused for a vmapped (multi-seed) step; it crashed torch "
-            "2.13 on the vmapped PPO step. Train one seed per process with it, or drop it"
+            f"options: cpp_wrapper=True is refused for a vmapped (multi-seed) {algo} step; it crashes "
+            f"torch 2.13 there (it works for {', '.join(sorted(VMAPPED_CPP_WRAPPER_AGENTS))}). Train "
+            "one seed per process with it, or drop it"
         )
 
 
@@ -340,12 +357,11 @@ def make_step(
 
     ``mode`` and ``options`` go to :func:`funrl.control.compile` (e.g. ``{"cpp_wrapper": True}``:
     inductor's C++ wrapper, which on CPU runs a PPO update about 1.5x as fast as the default
-    Python wrapper for about 1.5x the compile time; see BENCHMARKS.md). The C++ wrapper is
-    refused for a vmapped step: under torch 2.13 the 8-seed vmapped PPO step compiled with it
-    crashed the process (a segfault in libtorch) in this project's benchmark.
+    Python wrapper for about 1.5x the compile time; see BENCHMARKS.md). For a vmapped step it is
+    refused except for the agents in :data:`VMAPPED_CPP_WRAPPER_AGENTS` (a torch 2.13 crash).
     """
     _check_host_env(agent, batched, compile)
-    check_compile_options(batched, compile, options)
+    check_compile_options(agent.name, batched, compile, options)
 
     def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
         return agent.update(state, random.fold_in(run_key, state.update_count))

@@ -239,16 +239,21 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         orders = torch.func.vmap(lambda k: random.permutation(k, batch_size))(epoch_keys)
         orders = orders.reshape(config.update_epochs * config.num_minibatches, minibatch_size)
 
+        # The hyper-parameters ride in the carry rather than in the step's closure: under vmap a
+        # closed-over per-seed scalar makes inductor's C++ wrapper (torch 2.13) free its handle
+        # after the loop's first use and crash on the next (see VMAPPED_CPP_WRAPPER_AGENTS).
         def sgd_step(carry, idx):
-            params, opt_state = carry
+            params, opt_state, hp, lr = carry
             minibatch = {k: v[idx] for k, v in data.items()}
             grads, (loss, metrics) = grad_fn(params, hp, minibatch)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = sgd(params, updates, lr)
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
-            return (params, opt_state), metrics
+            return (params, opt_state, hp, lr), metrics
 
-        (params, opt_state), step_metrics = scan(sgd_step, (state.params, state.opt_state), orders)
+        (params, opt_state, _, _), step_metrics = scan(
+            sgd_step, (state.params, state.opt_state, hp, lr), orders
+        )
         info = traj.info
         metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode_metrics(info), learning_rate=lr)

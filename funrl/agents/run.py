@@ -296,7 +296,7 @@ def train_run(
                 f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
             )
         _check_host_run(config, num_seeds, compile)
-        common.check_compile_options(num_seeds > 1, compile, compile_options)
+        common.check_compile_options(algo, num_seeds > 1, compile, compile_options)
         # Built before anything is written, so a bad env id leaves no half-made run folder.
         agent = build_agent(algo, config, device)
         out.mkdir(parents=True, exist_ok=True)

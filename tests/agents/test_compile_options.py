@@ -64,6 +64,9 @@ def test_cli_cpp_wrapper_reaches_train_run(monkeypatch: pytest.MonkeyPatch, tmp_
     seen.clear()
     assert main(["train", "ppo", "--total-steps", "1024", "--out", out]) == 0
     assert seen["compile_options"] is None
+    seen.clear()  # PPO's vmapped step takes the C++ wrapper (VMAPPED_CPP_WRAPPER_AGENTS)
+    assert main(["train", "ppo", "--total-steps", "1024", "--seeds", "2", "--out", out, "--cpp-wrapper"]) == 0
+    assert seen["compile_options"] == {"cpp_wrapper": True} and seen["num_seeds"] == 2
 
 
 def test_cli_cpp_wrapper_with_no_compile_is_a_one_line_error(
@@ -79,10 +82,18 @@ def test_cli_cpp_wrapper_with_no_compile_is_a_one_line_error(
 
 def test_cpp_wrapper_is_refused_for_a_vmapped_step(recorded_compiles: list[dict[str, Any]]) -> None:
     agent = dqn.make_train(TINY)
-    with pytest.raises(ValueError, match="options: cpp_wrapper"):
+    with pytest.raises(ValueError, match="options: cpp_wrapper=True is refused for a vmapped .*dqn step"):
         common.make_step(agent, batched=True, compile=True, options={"cpp_wrapper": True})
     common.make_step(agent, batched=True, compile=True, options={"size_asserts": False})
     assert recorded_compiles[-1]["options"] == {"size_asserts": False}
+
+
+def test_cpp_wrapper_is_taken_for_a_vmapped_ppo_step(recorded_compiles: list[dict[str, Any]]) -> None:
+    from funrl.agents import ppo
+
+    agent = ppo.make_train(ppo.PPOConfig(num_envs=2, num_steps=8, total_steps=64))
+    common.make_step(agent, batched=True, compile=True, options={"cpp_wrapper": True})
+    assert recorded_compiles[-1]["options"] == {"cpp_wrapper": True}
 
 
 def test_cli_cpp_wrapper_with_several_seeds_is_a_one_line_error(
@@ -90,7 +101,7 @@ def test_cli_cpp_wrapper_with_several_seeds_is_a_one_line_error(
 ) -> None:
     from funrl.__main__ import main
 
-    code = main(["train", "ppo", "--out", str(tmp_path / "r"), "--seeds", "2", "--cpp-wrapper"])
+    code = main(["train", "dqn", "--out", str(tmp_path / "r"), "--seeds", "2", "--cpp-wrapper"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--cpp-wrapper" in err[0] and "--seeds 2" in err[0]
     assert not (tmp_path / "r").exists()

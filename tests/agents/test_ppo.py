@@ -237,6 +237,21 @@ def test_compiled_update_equals_eager(agent: common.Agent) -> None:
     torch.testing.assert_close(metrics_c["loss"], metrics_e["loss"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_vmapped_update_compiles_with_the_cpp_wrapper_and_equals_eager(agent: common.Agent) -> None:
+    """Two seeds vmapped, compiled with inductor's C++ wrapper: runs (torch 2.13 crashed here while
+    the minibatch loop closed over the per-seed hyper-parameters) and equals the eager step."""
+    state, run_key = common.init_state(agent, common.seed_keys(5, 2))
+    eager_step = common.make_step(agent, batched=True, compile=False)
+    compiled_step = common.make_step(agent, batched=True, compile=True, options={"cpp_wrapper": True})
+    eager, compiled = state, state
+    for _ in range(3):
+        eager, metrics_e = eager_step(eager, run_key)
+        compiled, metrics_c = compiled_step(compiled, run_key)
+    assert tree.tree_allclose(compiled.params, eager.params, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(metrics_c["loss"], metrics_e["loss"], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "algo, fields",
     [
