@@ -328,9 +328,9 @@ closes over, and the next iteration crashes the process (a segfault; reproduced 
 6-line scan; a closed-over ``[S, 1]`` or ``[S, 3]`` tensor, or a carried scalar, runs fine).
 PPO carries its hyper-parameters through the minibatch loop instead (tests/agents/test_ppo.py).
 DQN, SAC and TD3 read the replay buffer, whose write counter is such a scalar, from their
-gradient loop's closure, and carrying a whole buffer through the loop is no option; DQN's
-vmapped step crashed with the C++ wrapper, and SAC's and TD3's failed to compile (C++ redeclaration errors
-in the generated wrapper) in scratch runs, so they are refused.
+gradient loop's closure, and carrying a whole buffer through the loop is no option. In scratch
+runs DQN's vmapped step crashed with the C++ wrapper and SAC's and TD3's failed to compile (C++
+errors in the generated wrapper; TD3's: buffer handles declared twice), so they are refused.
 """
 
 
