@@ -9,6 +9,7 @@ paths compute the same function; ``tests/test_control.py`` checks it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,61 @@ def _scan_loop(
     return carry, stacked
 
 
+_PLAIN_NAMEDTUPLE = "__funrl_scan_namedtuple__:"
+_PLAIN_NONE = "__funrl_scan_none__"
+_PLAIN_OPAQUE = "__funrl_scan_opaque__"
+
+
+def _is_plain(tree: Tree) -> bool:
+    """True if :func:`_to_plain` can carry ``tree`` through the scan op: tensors and None in
+    lists, tuples, dicts and NamedTuples defined at a module's top level."""
+    if tree is None or isinstance(tree, torch.Tensor):
+        return True
+    if type(tree) in (list, tuple):
+        return all(_is_plain(child) for child in tree)
+    if type(tree) is dict:
+        return all(_is_plain(child) for child in tree.values())
+    if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
+        return "<locals>" not in type(tree).__qualname__ and all(_is_plain(child) for child in tree)
+    return False
+
+
+def _to_plain(tree: Tree) -> Tree:
+    """``tree`` with every tensor cloned, each NamedTuple as a one-key dict naming its class and
+    each None as a marker: containers the scan op carries out of its body."""
+    if isinstance(tree, torch.Tensor):
+        # The op forbids outputs aliasing inputs or each other; clones are free after fusion.
+        return torch.clone(tree)
+    if tree is None:
+        return {_PLAIN_NONE: ()}
+    if type(tree) in (list, tuple):
+        return type(tree)(_to_plain(child) for child in tree)
+    if type(tree) is dict:
+        return {k: _to_plain(child) for k, child in tree.items()}
+    cls = type(tree)
+    fields = {name: _to_plain(child) for name, child in zip(cls._fields, tree, strict=True)}
+    return {f"{_PLAIN_NAMEDTUPLE}{cls.__module__}:{cls.__qualname__}": fields}
+
+
+def _from_plain(tree: Tree) -> Tree:
+    """Inverse of :func:`_to_plain` (the NamedTuple classes are looked up by module and name)."""
+    if type(tree) in (list, tuple):
+        return type(tree)(_from_plain(child) for child in tree)
+    if type(tree) is not dict:
+        return tree
+    if len(tree) == 1:
+        ((key, value),) = tree.items()
+        if key == _PLAIN_NONE:
+            return None
+        if isinstance(key, str) and key.startswith(_PLAIN_NAMEDTUPLE):
+            module, qualname = key[len(_PLAIN_NAMEDTUPLE) :].split(":")
+            cls = sys.modules[module]
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+            return cls(**{name: _from_plain(child) for name, child in value.items()})
+    return {k: _from_plain(child) for k, child in tree.items()}
+
+
 def _scan_hop(
     f: Callable[[Carry, Tree], tuple[Carry, Tree]],
     init: Carry,
@@ -107,9 +163,12 @@ def _scan_hop(
 ) -> tuple[Carry, Tree]:
     from torch._higher_order_ops.scan import scan as scan_hop
 
-    # The op's body may return only flat lists of tensors (a NamedTuple state is refused), so the
-    # body returns leaves and the trees are rebuilt here. The output tree's structure is read off
-    # one probe call of ``f`` at trace time; its ops are unused, and the compiler drops them.
+    # The op carries out of its body only tensors in lists, tuples and dicts (a NamedTuple is
+    # refused), so the carry goes through as its leaves, rebuilt with the init's structure, and
+    # the per-step output as a plain tree that names its NamedTuple classes (_to_plain). An output
+    # with any other node (a NamedTuple local to a function, a custom pytree node) goes through
+    # as leaves, and its structure is read off one more trace of ``f`` (a probe whose ops the
+    # compiler drops): a few seconds of compile time per scan that the plain path saves.
     init_leaves, init_spec = torch_pytree.tree_flatten(init)
     # The op requires the carry to keep the init's strides; body outputs are dense, while an init
     # may be a view (a size-1 or broadcast dim with an odd stride), so give the init dense strides.
@@ -117,19 +176,25 @@ def _scan_hop(
         leaf.clone(memory_format=torch.contiguous_format) if isinstance(leaf, torch.Tensor) else leaf
         for leaf in init_leaves
     ]
-    _, y_probe = f(init, torch_pytree.tree_map(lambda leaf: leaf[0], xs))
-    y_spec = torch_pytree.tree_structure(y_probe)
 
-    def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], Tree]:
         new_carry, y = f(torch_pytree.tree_unflatten(carry_leaves, init_spec), x)
-        # The op forbids outputs aliasing inputs or each other; clones are free after fusion.
-        return (
-            [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(new_carry)],
-            [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(y)],
-        )
+        new_leaves = [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(new_carry)]
+        if _is_plain(y):
+            return new_leaves, _to_plain(y)
+        # torch's pytree counts None as a leaf; the op takes tensors only, so Nones stay behind.
+        y_leaves = [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(y) if leaf is not None]
+        return new_leaves, {_PLAIN_OPAQUE: y_leaves}
 
-    carry_leaves, y_leaves = scan_hop(body, init_leaves, xs, reverse=reverse)
-    return torch_pytree.tree_unflatten(carry_leaves, init_spec), torch_pytree.tree_unflatten(y_leaves, y_spec)
+    carry_leaves, ys = scan_hop(body, init_leaves, xs, reverse=reverse)
+    carry = torch_pytree.tree_unflatten(carry_leaves, init_spec)
+    if type(ys) is dict and _PLAIN_OPAQUE in ys:
+        _, y_probe = f(init, torch_pytree.tree_map(lambda leaf: leaf[0], xs))
+        probe_leaves, y_spec = torch_pytree.tree_flatten(y_probe)
+        stacked = iter(ys[_PLAIN_OPAQUE])
+        leaves = [None if leaf is None else next(stacked) for leaf in probe_leaves]
+        return carry, torch_pytree.tree_unflatten(leaves, y_spec)
+    return carry, _from_plain(ys)
 
 
 def _scan_hop_unrolled(

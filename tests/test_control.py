@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -249,11 +249,13 @@ def test_compiled_tanh_is_decomposed_and_within_bound_of_eager():
     over the whole float range (saturation, infinities, NaN included)."""
     from torch._inductor.utils import run_and_get_code
 
-    x = torch.cat([
-        torch.linspace(-20.0, 20.0, 400_001),
-        torch.linspace(-1e-3, 1e-3, 10_001),
-        torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 1e30, -1e30, float("inf"), float("-inf")]),
-    ])
+    x = torch.cat(
+        [
+            torch.linspace(-20.0, 20.0, 400_001),
+            torch.linspace(-1e-3, 1e-3, 10_001),
+            torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 1e30, -1e30, float("inf"), float("-inf")]),
+        ]
+    )
     with torch._inductor.config.patch(fx_graph_cache=False):
         got, (code,) = run_and_get_code(compile(torch.tanh), x)
         _, (code_sleef,) = run_and_get_code(compile(torch.tanh, options={"cpp.use_decompose_tanh": False}), x)
@@ -263,3 +265,78 @@ def test_compiled_tanh_is_decomposed_and_within_bound_of_eager():
     assert (got - expected).abs().max().item() <= 2.4e-7
     assert got.abs().max().item() <= 1.0 and got[-2].item() == 1.0 and got[-1].item() == -1.0
     assert torch.isnan(compile(torch.tanh)(torch.tensor([float("nan")] * 32))).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Output trees through the scan op (plain path, no probe; opaque path, one probe)
+# ---------------------------------------------------------------------------------------------
+
+
+class Emitted(NamedTuple):
+    """A module-level NamedTuple output: carried through the op by name, no probe."""
+
+    value: torch.Tensor
+    nested: dict[str, Any]
+
+
+def _emitting_step(carry: torch.Tensor, x: torch.Tensor):
+    y = Emitted(torch.sin(carry * x), {"none": None, "empty": (), "pair": [x + 1, Carry(x, x.sum(), x * 2)]})
+    return carry + x, y
+
+
+def _outer_graph_sin_count(fn, *args) -> int:
+    """Calls of torch.sin in the graph dynamo traces, outside loop bodies (a probe's trace of the
+    step lands there; the loop body is a subgraph)."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.compile(fn, backend=capture, fullgraph=True)(*args)
+    return sum(
+        node.target in (torch.sin, torch.ops.aten.sin.default) for gm in graphs for node in gm.graph.nodes
+    )
+
+
+def test_plain_tree_round_trip_keeps_types():
+    from funrl.control import _from_plain, _is_plain, _to_plain
+
+    t = torch.arange(3.0)
+    y = Emitted(t, {"none": None, "empty": (), "pair": [t + 1, Carry(t, t.sum(), t * 2)]})
+    assert _is_plain(y)
+    back = _from_plain(_to_plain(y))
+    assert tree.structure(back) == tree.structure(y) and type(back.nested["pair"][1]) is Carry
+    assert tree.tree_equal(back, y) and back.nested["none"] is None
+
+    class Local(NamedTuple):
+        a: torch.Tensor
+
+    assert not _is_plain({"x": Local(t)}) and not _is_plain({"x": 3})
+
+
+@pytest.mark.slow
+def test_compiled_scan_carries_namedtuple_outputs_without_a_probe():
+    """A module-level NamedTuple (nested, with None and empty containers) comes out of the op with
+    its types, equal to eager; the step is traced once (no probe in the outer graph), while an
+    output with a function-local NamedTuple takes the probe and is rebuilt all the same."""
+    init, xs = torch.zeros(3), R.normal(R.key(9), (4, 3))
+    run = lambda init, xs: scan(_emitting_step, init, xs)  # noqa: E731
+    got = compile(run)(init, xs)
+    expected = reference_scan(_emitting_step, init, xs)
+    assert tree.structure(got) == tree.structure(expected) and type(got[1]) is Emitted
+    assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert _outer_graph_sin_count(run, init, xs) == 0
+
+    class Local(NamedTuple):
+        value: torch.Tensor
+
+    def local_step(carry, x):
+        return carry + x, (Local(torch.sin(carry * x)), None)
+
+    run_local = lambda init, xs: scan(local_step, init, xs)  # noqa: E731
+    got = compile(run_local)(init, xs)
+    expected = reference_scan(local_step, init, xs)
+    assert type(got[1][0]) is Local and got[1][1] is None
+    assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert _outer_graph_sin_count(run_local, init, xs) == 1
