@@ -107,7 +107,7 @@ _PLAIN_OPAQUE = "__funrl_scan_opaque__"
 
 def _is_plain(tree: Tree) -> bool:
     """True if :func:`_to_plain` can carry ``tree`` through the scan op: tensors and None in
-    lists, tuples, dicts and NamedTuples defined at a module's top level."""
+    lists, tuples, dicts and NamedTuples that their module exposes under their own name."""
     if tree is None or isinstance(tree, torch.Tensor):
         return True
     if type(tree) in (list, tuple):
@@ -115,8 +115,18 @@ def _is_plain(tree: Tree) -> bool:
     if type(tree) is dict:
         return all(_is_plain(child) for child in tree.values())
     if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
-        return "<locals>" not in type(tree).__qualname__ and all(_is_plain(child) for child in tree)
+        return _lookup_class(type(tree).__module__, type(tree).__qualname__) is type(tree) and all(
+            _is_plain(child) for child in tree
+        )
     return False
+
+
+def _lookup_class(module: str, qualname: str) -> Any:
+    """The object named ``qualname`` in the loaded module ``module``, or None."""
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def _to_plain(tree: Tree) -> Tree:
@@ -147,10 +157,7 @@ def _from_plain(tree: Tree) -> Tree:
         if key == _PLAIN_NONE:
             return None
         if isinstance(key, str) and key.startswith(_PLAIN_NAMEDTUPLE):
-            module, qualname = key[len(_PLAIN_NAMEDTUPLE) :].split(":")
-            cls = sys.modules[module]
-            for part in qualname.split("."):
-                cls = getattr(cls, part)
+            cls = _lookup_class(*key[len(_PLAIN_NAMEDTUPLE) :].split(":"))
             return cls(**{name: _from_plain(child) for name, child in value.items()})
     return {k: _from_plain(child) for k, child in tree.items()}
 

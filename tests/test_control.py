@@ -279,6 +279,9 @@ class Emitted(NamedTuple):
     nested: dict[str, Any]
 
 
+Aliased = NamedTuple("NotItsModuleName", [("value", torch.Tensor)])  # noqa: UP014 - the point
+
+
 def _emitting_step(carry: torch.Tensor, x: torch.Tensor):
     y = Emitted(torch.sin(carry * x), {"none": None, "empty": (), "pair": [x + 1, Carry(x, x.sum(), x * 2)]})
     return carry + x, y
@@ -312,7 +315,7 @@ def test_plain_tree_round_trip_keeps_types():
     class Local(NamedTuple):
         a: torch.Tensor
 
-    assert not _is_plain({"x": Local(t)}) and not _is_plain({"x": 3})
+    assert not _is_plain({"x": Local(t)}) and not _is_plain({"x": 3}) and not _is_plain(Aliased(t))
 
 
 @pytest.mark.slow
@@ -340,3 +343,10 @@ def test_compiled_scan_carries_namedtuple_outputs_without_a_probe():
     assert type(got[1][0]) is Local and got[1][1] is None
     assert tree.tree_allclose(got, expected, rtol=1e-6, atol=1e-6)
     assert _outer_graph_sin_count(run_local, init, xs) == 1
+
+    def aliased_step(carry, x):  # a module-level NamedTuple not found under its own name
+        return carry + x, Aliased(torch.sin(carry * x))
+
+    got = compile(lambda init, xs: scan(aliased_step, init, xs))(init, xs)
+    assert type(got[1]) is Aliased
+    assert tree.tree_allclose(got, reference_scan(aliased_step, init, xs), rtol=1e-6, atol=1e-6)
