@@ -121,16 +121,17 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 
 
 def _train(args: argparse.Namespace) -> int:
-    from funrl.agents import run
-    from funrl.agents.common import VMAPPED_CPP_WRAPPER_AGENTS
+    from funrl.agents import common, run
 
     if args.cpp_wrapper and args.no_compile:
         raise run.RunError("--cpp-wrapper: applies only to the compiled step; drop it or --no-compile")
-    if args.cpp_wrapper and args.seeds > 1 and args.algo not in VMAPPED_CPP_WRAPPER_AGENTS:
+    try:  # the rule lives in common; here it is worded with the CLI's flags
+        common.check_compile_options(args.algo, args.seeds > 1, True, {"cpp_wrapper": args.cpp_wrapper})
+    except ValueError:
         raise run.RunError(
             f"--cpp-wrapper: one seed per {args.algo} run (got --seeds {args.seeds}); inductor's C++ "
             "wrapper crashes torch 2.13 on its vmapped multi-seed step (ppo takes several seeds)"
-        )
+        ) from None
     algo, config = config_from_args(args)
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")

@@ -1,11 +1,11 @@
 """``rollout``: the pure, time-major trajectory collector on-policy agents call.
 
-PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` splits ``fold_in(key, t)`` into
-a policy key and an environment key (all steps' keys are drawn before the loop), asks ``policy_fn(key, obs)`` for an action (and any extras:
-log-probabilities, values), steps the environment (auto-reset) and records the transition. The
-loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE
-graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``; both give the same
-numbers (tested).
+PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` splits ``fold_in(key, t)``
+into a policy key and an environment key (all steps' keys are drawn before the loop), asks
+``policy_fn(key, obs)`` for an action (and any extras: log-probabilities, values), steps the
+environment (auto-reset) and records the transition. The loop goes through
+:func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE graph (the scan
+higher-order op) under ``torch.compile(fullgraph=True)``; both give the same numbers (tested).
 """
 
 from __future__ import annotations
