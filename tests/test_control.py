@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
+from dynamo_graphs import traced_graphs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.func import vmap
@@ -290,16 +291,8 @@ def _emitting_step(carry: torch.Tensor, x: torch.Tensor):
 def _outer_graph_sin_count(fn, *args) -> int:
     """Calls of torch.sin in the graph dynamo traces, outside loop bodies (a probe's trace of the
     step lands there; the loop body is a subgraph)."""
-    graphs: list[torch.fx.GraphModule] = []
-
-    def capture(gm: torch.fx.GraphModule, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch.compile(fn, backend=capture, fullgraph=True)(*args)
-    return sum(
-        node.target in (torch.sin, torch.ops.aten.sin.default) for gm in graphs for node in gm.graph.nodes
-    )
+    sins = (torch.sin, torch.ops.aten.sin.default)
+    return sum(node.target in sins for gm in traced_graphs(fn, *args) for node in gm.graph.nodes)
 
 
 def test_plain_tree_round_trip_keeps_types():

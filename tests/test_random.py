@@ -12,6 +12,7 @@ import pathlib
 
 import pytest
 import torch
+from dynamo_graphs import traced_graphs
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.func import vmap
@@ -348,15 +349,7 @@ def test_compiled_small_draws_equal_eager_inside_and_outside_vmap():
 
 def _traced_xor_count(fn, *args) -> int:
     """Bitwise-xor nodes in the graphs dynamo traces for ``fn`` (no inductor: tracing only)."""
-    graphs = []
-
-    def capture(gm: torch.fx.GraphModule, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=capture, fullgraph=True)(*args)
-    return sum("xor" in str(node.target) for gm in graphs for node in gm.graph.nodes)
+    return sum("xor" in str(node.target) for gm in traced_graphs(fn, *args) for node in gm.graph.nodes)
 
 
 def test_small_draws_unroll_under_vmap_only():
