@@ -2,10 +2,12 @@
 against Stable-Baselines3 PPO with the same hyper-parameters, in one run.
 
     python benchmarks/agents.py --device cpu [--total-steps 500000] [--seeds 8] [--skip-sb3]
-        [--cpp-wrapper both|on|off]
+        [--cpp-wrapper both|on|off] [--cpu-allocator caching|default]
 
 Prints a markdown table: wall-clock of training excluding compilation (and the compile time
-separately), speed-up against SB3, and the greedy evaluation return of every funrl seed.
+separately), speed-up against SB3, and the greedy evaluation return of every funrl seed. funrl's
+rows run on funrl's caching CPU allocator (``funrl.allocator``, what ``funrl train`` uses) unless
+``--cpu-allocator default``; SB3 always runs on torch's default allocator, as its users do.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 
 import torch
 
-from funrl import random, tree
+from funrl import allocator, random, tree
 from funrl.agents import common, ppo
 
 
@@ -116,8 +118,15 @@ def main() -> None:
         "--cpp-wrapper",
         choices=("both", "on", "off"),
         default="both",
-        help="inductor's C++ wrapper for the one-seed compiled step: rows with and without it "
-        "(both), or only one (default: both); the vmapped-seeds row never uses it",
+        help="inductor's C++ wrapper for the compiled steps (one seed and vmapped seeds): rows with "
+        "and without it (both), or only one (default: both)",
+    )
+    parser.add_argument(
+        "--cpu-allocator",
+        choices=("caching", "default"),
+        default="caching",
+        help="CPU allocator of funrl's rows: funrl.allocator's caching one or torch's default "
+        "(default: caching); SB3's row always uses torch's default",
     )
     args = parser.parse_args()
     if args.threads:
@@ -126,6 +135,9 @@ def main() -> None:
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     if args.device == "cpu":
         print(f"inductor vector ISA: {_vector_isa()}")
+    if args.cpu_allocator == "caching":
+        allocator.use_caching_cpu_allocator()
+    print(f"funrl's CPU allocator: {args.cpu_allocator}")
     rows = []
     variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.cpp_wrapper]
     for num_seeds in (None, args.seeds):
@@ -134,6 +146,7 @@ def main() -> None:
             what = f"{num_seeds} seeds vmapped" if num_seeds else "1 seed"
             rows.append((f"funrl PPO, {what} ({label})", run_funrl(config, num_seeds, args.device, cpp)))
     if not args.skip_sb3:
+        allocator.use_default_cpu_allocator()
         rows.append(("Stable-Baselines3 PPO, 1 seed", run_sb3(config)))
     sb3 = rows[-1][1]["run_s"] if not args.skip_sb3 else None
     print(f"\nPPO {config.env_id}, {config.total_steps} steps per seed, PureJaxRL config\n")

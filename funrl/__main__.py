@@ -121,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 
 
 def _train(args: argparse.Namespace) -> int:
+    from funrl import allocator
     from funrl.agents import common, run
 
     if args.cpp_wrapper and args.no_compile:
@@ -137,21 +138,41 @@ def _train(args: argparse.Namespace) -> int:
     env_name = args.env.replace(":", "-").replace("/", "-")
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.perf_counter()
-    run.train_run(
-        algo,
-        config,
-        out,
-        seed=args.seed,
-        num_seeds=args.seeds,
-        device=args.device,
-        compile=not args.no_compile,
-        resume=args.resume,
-        checkpoint_every=args.checkpoint_every,
-        progress=not args.no_progress,
-        compile_options={"cpp_wrapper": True} if args.cpp_wrapper else None,
-    )
+    installed = args.cpu_allocator == "caching" and _use_caching_cpu_allocator()
+    try:
+        run.train_run(
+            algo,
+            config,
+            out,
+            seed=args.seed,
+            num_seeds=args.seeds,
+            device=args.device,
+            compile=not args.no_compile,
+            resume=args.resume,
+            checkpoint_every=args.checkpoint_every,
+            progress=not args.no_progress,
+            compile_options={"cpp_wrapper": True} if args.cpp_wrapper else None,
+        )
+    finally:
+        if installed:  # main() may run inside a longer-lived process (a notebook, tests)
+            allocator.use_default_cpu_allocator()
     print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
+
+
+def _use_caching_cpu_allocator() -> bool:
+    """Install funrl's caching CPU allocator unless one is in use; True if this call installed it."""
+    from funrl import allocator
+
+    if allocator.cpu_allocator_stats().active:
+        return False
+    try:
+        allocator.use_caching_cpu_allocator()
+    except RuntimeError as exc:  # no C++ compiler: train anyway, on torch's allocator
+        first_line = str(exc).splitlines()[0]
+        print(f"funrl: {first_line}; training with torch's default CPU allocator", file=sys.stderr)
+        return False
+    return True
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -230,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile the step with inductor's C++ wrapper: on CPU a PPO CartPole update runs about "
         "1.5x faster, for a first compile about 1.5x longer; worth it for long runs; ppo "
         "takes it with any --seeds, the other algorithms with --seeds 1 only (default: off)",
+    )
+    train.add_argument(
+        "--cpu-allocator",
+        choices=("caching", "default"),
+        default="caching",
+        help="CPU memory for tensors: funrl's caching allocator (funrl.allocator; a compiled step "
+        "allocates thousands of small buffers per update, which glibc's aligned malloc serves "
+        "slowly) or torch's default (default: caching)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
