@@ -6,14 +6,18 @@ against Stable-Baselines3 PPO with the same hyper-parameters, in one run.
 
 Prints a markdown table: wall-clock of training excluding compilation (and the compile time
 separately), speed-up against SB3, and the greedy evaluation return of every funrl seed. funrl's
-rows run on funrl's caching CPU allocator (``funrl.allocator``, what ``funrl train`` uses) unless
-``--cpu-allocator default``; SB3 always runs on torch's default allocator, as its users do.
+rows run as ``funrl train`` runs them, on funrl's caching CPU allocator in a process restarted
+with glibc's per-thread malloc cache raised (``funrl.allocator``), unless ``--cpu-allocator
+default``. SB3 runs on torch's default allocator, in the same process (so with the same glibc
+setting, which can only help it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
 import time
 
 import torch
@@ -125,10 +129,13 @@ def main() -> None:
         "--cpu-allocator",
         choices=("caching", "default"),
         default="caching",
-        help="CPU allocator of funrl's rows: funrl.allocator's caching one or torch's default "
-        "(default: caching); SB3's row always uses torch's default",
+        help="CPU allocator of funrl's rows: funrl.allocator's caching one, in a process restarted "
+        "with glibc's malloc cache raised, or torch's default as it is (default: caching); SB3's "
+        "row always uses torch's default",
     )
     args = parser.parse_args()
+    if args.cpu_allocator == "caching":
+        allocator.exec_with_malloc_tunables([__file__, *sys.argv[1:]])
     if args.threads:
         torch.set_num_threads(args.threads)
     config = ppo.PPOConfig(total_steps=args.total_steps)
@@ -137,7 +144,7 @@ def main() -> None:
         print(f"inductor vector ISA: {_vector_isa()}")
     if args.cpu_allocator == "caching":
         allocator.use_caching_cpu_allocator()
-    print(f"funrl's CPU allocator: {args.cpu_allocator}")
+    print(f"funrl's CPU allocator: {args.cpu_allocator}; GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')}")
     rows = []
     variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.cpp_wrapper]
     for num_seeds in (None, args.seeds):

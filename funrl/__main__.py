@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="caching",
         help="CPU memory for tensors: funrl's caching allocator (funrl.allocator; a compiled step "
         "allocates thousands of small buffers per update, which glibc's aligned malloc serves "
-        "slowly) or torch's default (default: caching)",
+        "slowly), with the process restarted once with glibc's per-thread malloc cache raised; or "
+        "torch's default allocator and glibc's settings as they are (default: caching)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
@@ -288,5 +289,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def cli() -> int:
+    """The ``funrl`` command and ``python -m funrl``: :func:`main` on ``sys.argv``.
+
+    ``train`` on funrl's allocator (the default) first restarts the process once with glibc's
+    per-thread malloc cache raised (:func:`funrl.allocator.exec_with_malloc_tunables`; glibc reads
+    it only at start-up), which costs one more ``import torch``.
+    """
+    argv = sys.argv[1:]
+    args = build_parser().parse_args(argv)
+    if args.command == "train" and args.cpu_allocator == "caching":
+        from funrl import allocator
+
+        allocator.exec_with_malloc_tunables(["-m", "funrl", *argv])
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -16,6 +16,13 @@ under ``$FUNRL_CACHE_DIR`` (default ``~/.cache/funrl``), keyed by the source, to
 its C++ ABI. Cached memory stays with the process up to ``max_cached_bytes``; blocks above
 ``max_block_bytes`` bypass the cache. Memory it hands out is not reported to ``torch.profiler``'s
 memory view.
+
+The tensor objects themselves (torch's ``TensorImpl`` and ``StorageImpl``, a few hundred bytes
+each, created and destroyed by the thousand per update) come from ``malloc``; glibc's per-thread
+cache keeps only 7 freed chunks per size, so such bursts spill into its slower bins.
+:func:`exec_with_malloc_tunables` restarts the process with that cache raised
+(:data:`MALLOC_TUNABLES`; glibc reads it only at start-up): ``funrl train`` and the agents
+benchmark do it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import torch
 
 __all__ = [
     "AllocatorStats",
+    "MALLOC_TUNABLES",
+    "exec_with_malloc_tunables",
     "use_caching_cpu_allocator",
     "use_default_cpu_allocator",
     "empty_cpu_cache",
@@ -142,6 +151,26 @@ def _lib() -> ctypes.CDLL:
             lib.funrl_caching_cpu_allocator_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
             _library = lib
         return _library
+
+
+MALLOC_TUNABLES = "glibc.malloc.tcache_count=1024"
+"""glibc tunable funrl's command line runs with: 1,024 freed chunks per size class in the
+per-thread cache instead of 7."""
+
+
+def exec_with_malloc_tunables(argv: list[str]) -> None:
+    """Restart this Python process as ``python ARGV...`` with :data:`MALLOC_TUNABLES` in
+    ``GLIBC_TUNABLES``; return (doing nothing) off Linux or when a ``tcache_count`` is already
+    set, so the restarted process goes on."""
+    if not sys.platform.startswith("linux"):
+        return
+    current = os.environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.tcache_count" in current:
+        return
+    os.environ["GLIBC_TUNABLES"] = f"{current}:{MALLOC_TUNABLES}" if current else MALLOC_TUNABLES
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *argv])
 
 
 def _check_bytes(name: str, value: object) -> int:

@@ -4,6 +4,8 @@ within its limits, and gives allocation back to torch's default."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -273,3 +275,83 @@ def test_train_without_a_compiler_says_so_in_one_line_and_trains(tmp_path, monke
     assert seen == [False]
     assert "funrl: funrl.allocator: no C++ compiler; training with torch's default CPU allocator" in err
     assert "details" not in err and "Traceback" not in err
+
+
+class _Exec(Exception):
+    """Raised by the fake ``os.execv``: the process would have been replaced here."""
+
+
+@pytest.fixture
+def exec_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], str | None]]:
+    calls: list[tuple[str, list[str], str | None]] = []
+
+    def fake_execv(path: str, argv: list[str]) -> None:
+        calls.append((path, argv, os.environ.get("GLIBC_TUNABLES")))
+        raise _Exec
+
+    monkeypatch.setattr(os, "execv", fake_execv)
+    monkeypatch.setenv("GLIBC_TUNABLES", "")
+    return calls
+
+
+def _cli_main_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    from funrl import __main__ as cli_module
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(cli_module, "main", lambda argv: calls.append(argv) or 0)
+    return calls
+
+
+def test_the_train_command_restarts_once_with_glibcs_malloc_cache_raised(exec_calls, monkeypatch):
+    from funrl.__main__ import cli
+
+    argv = ["train", "ppo", "--total-steps", "512"]
+    monkeypatch.setattr(sys, "argv", ["funrl", *argv])
+    with pytest.raises(_Exec):
+        cli()
+    assert exec_calls == [(sys.executable, [sys.executable, "-m", "funrl", *argv], allocator.MALLOC_TUNABLES)]
+
+
+def test_the_restart_keeps_other_glibc_tunables(exec_calls, monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mxfast=0")
+    with pytest.raises(_Exec):
+        allocator.exec_with_malloc_tunables(["script.py"])
+    assert exec_calls[0][2] == f"glibc.malloc.mxfast=0:{allocator.MALLOC_TUNABLES}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "tunables", "platform"),
+    [
+        (["train", "ppo"], "glibc.malloc.tcache_count=7", "linux"),  # the restarted process
+        (["train", "ppo", "--cpu-allocator", "default"], "", "linux"),
+        (["eval", "runs/x"], "", "linux"),
+        (["train", "ppo"], "", "darwin"),
+    ],
+)
+def test_no_restart_when_set_already_not_asked_for_or_not_glibc(
+    exec_calls, monkeypatch, argv, tunables, platform
+):
+    from funrl.__main__ import cli
+
+    main_calls = _cli_main_calls(monkeypatch)
+    monkeypatch.setenv("GLIBC_TUNABLES", tunables)
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(sys, "argv", ["funrl", *argv])
+    assert cli() == 0
+    assert exec_calls == []
+    assert main_calls == [argv]
+
+
+@pytest.mark.slow
+def test_python_m_funrl_train_restarts_and_trains(tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    result = subprocess.run(
+        [sys.executable, "-m", "funrl", *TRAIN_ARGS, "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (out / "checkpoint.pt").is_file()
