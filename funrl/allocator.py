@@ -104,10 +104,16 @@ def _build() -> Path:
     target = _cache_dir() / f"caching_cpu_allocator-{key}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the target and renamed into place, so a concurrent or interrupted build never
     # leaves a half-written library under the final name.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    except OSError as exc:
+        raise RuntimeError(
+            f"funrl.allocator: cannot write the allocator's build into {target.parent} ({exc}); "
+            "set FUNRL_CACHE_DIR to a writable directory"
+        ) from None
     os.close(fd)
     command = [
         compiler,
@@ -146,7 +152,13 @@ def _lib() -> ctypes.CDLL:
                 raise RuntimeError(
                     f"funrl.allocator: the caching CPU allocator supports Linux; this is {sys.platform}"
                 )
-            lib = ctypes.CDLL(str(_build()))
+            path = _build()
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise RuntimeError(
+                    f"funrl.allocator: loading {path} failed ({exc}); delete it to have it rebuilt"
+                ) from None
             lib.funrl_caching_cpu_allocator_enable.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
             lib.funrl_caching_cpu_allocator_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
             _library = lib

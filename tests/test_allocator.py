@@ -355,3 +355,21 @@ def test_python_m_funrl_train_restarts_and_trains(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (out / "checkpoint.pt").is_file()
+
+
+def test_an_unwritable_cache_directory_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(RuntimeError, match="cannot write the allocator's build into .*FUNRL_CACHE_DIR"):
+        allocator._build()
+
+
+def test_a_corrupt_cached_build_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
+    built = allocator._build()
+    built.write_bytes(b"\x7fELF truncated")
+    monkeypatch.setattr(allocator, "_library", None)
+    with pytest.raises(RuntimeError, match="loading .* failed .*delete it to have it rebuilt"):
+        allocator.use_caching_cpu_allocator()
+    assert allocator._library is None
