@@ -99,7 +99,9 @@ struct CachingCPUAllocator final : c10::Allocator {
   }
 };
 
-CachingCPUAllocator instance;
+// Never destroyed: tensors allocated here may be freed during process exit, after this library's
+// static objects would have been torn down (torch's own statics outlive ours).
+CachingCPUAllocator& instance = *new CachingCPUAllocator();
 
 void CachingCPUAllocator::release(void* data) { instance.give_back(data); }
 
