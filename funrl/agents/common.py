@@ -462,7 +462,21 @@ def train(
         state, run_key = init_state(agent, key, hparams)
     done = int(state.update_count.reshape(-1)[0])
     remaining = agent.num_updates - done if num_updates is None else num_updates
-    step = make_step(agent, batched, compile, compile_mode, compile_options)
+    # A vmapped run of one seed (a [1, 2] key, as `funrl train` makes) steps unbatched, on views
+    # without the seed dimension: vmapped seed i equals the single run of seed i, the unbatched
+    # step is faster, and torch 2.13's C++ wrapper crashes on the vmapped step of a single seed.
+    # Callbacks and the result see the seed dimension as before.
+    one_seed = batched and key.shape[0] == 1
+    if one_seed:
+        state, run_key = ftree.map(lambda x: x.squeeze(0), state), run_key.squeeze(0)
+
+    def with_seed_dim(tree: Any) -> Any:
+        return ftree.map(lambda x: x.unsqueeze(0), tree) if one_seed else tree
+
+    def host_with_seed_dim(host: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.unsqueeze(-1) for k, v in host.items()} if one_seed else host
+
+    step = make_step(agent, batched and not one_seed, compile, compile_mode, compile_options)
     history: list[dict[str, torch.Tensor]] = []
     pending: list[dict[str, torch.Tensor]] = []
     for i in range(done, done + remaining):
@@ -471,11 +485,13 @@ def train(
         last = i == done + remaining - 1
         if len(pending) >= log_every or last:
             host = {k: torch.stack([m[k] for m in pending]).detach().cpu() for k in pending[0]}
+            host = host_with_seed_dim(host)
             check_finite(host, i + 2 - len(pending))
             history.append(host)
             pending = []
             if callback is not None:
-                callback(i + 1, (state, run_key), host)
+                callback(i + 1, with_seed_dim((state, run_key)), host)
+    state = with_seed_dim(state)
     if not history:
         return state, {}
     merged = {k: torch.cat([h[k] for h in history]) for k in history[0]}

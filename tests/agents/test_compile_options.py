@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from funrl import control
 from funrl.agents import common, dqn, run
@@ -112,3 +113,42 @@ def test_train_run_refuses_cpp_wrapper_for_several_seeds_before_writing(tmp_path
     with pytest.raises(ValueError, match="options: cpp_wrapper"):
         run.train_run("dqn", TINY, out, num_seeds=2, compile_options={"cpp_wrapper": True})
     assert not out.exists()
+
+
+def test_one_seed_of_a_vmapped_run_steps_unbatched_and_keeps_the_seed_dimension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``funrl train --seeds 1`` trains a ``[1, 2]`` key: the step is made unbatched (torch 2.13's
+    C++ wrapper crashes on a vmapped step of one seed, and the unbatched step is faster), while
+    callbacks, metrics and the returned state keep the seed dimension; the numbers are those of
+    seed 0 of a two-seed vmapped run."""
+    from funrl import tree
+
+    made: list[bool] = []
+    real_make_step = common.make_step
+
+    def spy(agent: Any, batched: bool, *args: Any, **kwargs: Any) -> Any:
+        made.append(batched)
+        return real_make_step(agent, batched, *args, **kwargs)
+
+    monkeypatch.setattr(common, "make_step", spy)
+    agent = dqn.make_train(TINY)
+    seen: list[tuple[list[int], list[int]]] = []
+
+    def callback(update: int, state_and_key: Any, host: dict[str, Any]) -> None:
+        state, run_key = state_and_key
+        seen.append((list(state.update_count.shape), list(run_key.shape)))
+
+    one, metrics = common.train(
+        agent, common.seed_keys(0, 1), compile=False, num_updates=6, callback=callback, log_every=3
+    )
+    two, _ = common.train(agent, common.seed_keys(0, 2), compile=False, num_updates=6)
+    assert made == [False, True]
+    assert seen == [([1], [1, 2]), ([1], [1, 2])]
+    assert {list(v.shape)[1] for v in metrics.values()} == {1}
+    for a, b in zip(tree.leaves(one), tree.leaves(two), strict=True):
+        assert a.shape[0] == 1
+        if a.is_floating_point():
+            torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(a[0], b[0])
