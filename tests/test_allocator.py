@@ -373,3 +373,19 @@ def test_a_corrupt_cached_build_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="loading .* failed .*delete it to have it rebuilt"):
         allocator.use_caching_cpu_allocator()
     assert allocator._library is None
+
+
+def test_enabling_again_only_changes_the_limits_and_one_switch_back_restores_the_default():
+    allocator.use_caching_cpu_allocator(max_block_bytes=MAX_BLOCK, max_cached_bytes=MAX_CACHED)
+    allocator.use_caching_cpu_allocator(max_block_bytes=2 * MAX_BLOCK, max_cached_bytes=2 * MAX_CACHED)
+    stats = allocator.cpu_allocator_stats()
+    assert stats.active
+    assert (stats.max_block_bytes, stats.max_cached_bytes) == (2 * MAX_BLOCK, 2 * MAX_CACHED)
+    allocator.use_default_cpu_allocator()
+    before = allocator.cpu_allocator_stats()
+    x = torch.empty(1000)  # through torch's default again: the counters do not move
+    del x
+    torch.empty(1000)
+    after = allocator.cpu_allocator_stats()
+    assert not after.active
+    assert (after.hits, after.misses) == (before.hits, before.misses)
