@@ -28,17 +28,15 @@ benchmark do it.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from funrl import _native
 
 __all__ = [
     "AllocatorStats",
@@ -50,7 +48,6 @@ __all__ = [
     "cpu_allocator_stats",
 ]
 
-_SOURCE = Path(__file__).with_name("_csrc") / "caching_cpu_allocator.cpp"
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 
@@ -67,81 +64,17 @@ class AllocatorStats(NamedTuple):
     max_cached_bytes: int
 
 
-def _cache_dir() -> Path:
-    if os.environ.get("FUNRL_CACHE_DIR"):
-        return Path(os.environ["FUNRL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "funrl"
-
-
-def _compiler() -> str:
-    if os.environ.get("CXX"):
-        found = shutil.which(os.environ["CXX"])
-        if found is None:
-            raise RuntimeError(
-                f"funrl.allocator: CXX={os.environ['CXX']!r} is not an executable on PATH; "
-                "set CXX to a C++ compiler (the one torch.compile uses on CPU)"
-            )
-        return found
-    for name in ("g++", "c++", "clang++"):
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    raise RuntimeError(
-        "funrl.allocator: building the caching CPU allocator needs a C++ compiler "
-        "(g++, c++ or clang++ on PATH, or $CXX); none was found"
-    )
-
-
 def _build() -> Path:
-    source = _SOURCE.read_bytes()
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    compiler = _compiler()
-    key = hashlib.sha256(
-        b"\0".join([source, torch.__version__.encode(), str(abi).encode(), compiler.encode()])
-    ).hexdigest()[:20]
-    target = _cache_dir() / f"caching_cpu_allocator-{key}.so"
-    if target.exists():
-        return target
-    # Built beside the target and renamed into place, so a concurrent or interrupted build never
-    # leaves a half-written library under the final name.
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    except OSError as exc:
-        raise RuntimeError(
-            f"funrl.allocator: cannot write the allocator's build into {target.parent} ({exc}); "
-            "set FUNRL_CACHE_DIR to a writable directory"
-        ) from None
-    os.close(fd)
-    command = [
-        compiler,
-        "-O2",
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-        f"-I{torch_dir / 'include'}",
-        str(_SOURCE),
-        f"-L{torch_dir / 'lib'}",
-        "-lc10",
-        f"-Wl,-rpath,{torch_dir / 'lib'}",
-        "-o",
-        tmp,
-    ]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"funrl.allocator: building the caching CPU allocator failed ({' '.join(command)}):\n"
-                f"{result.stderr[-4000:]}"
-            )
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return _native.build(
+        "caching_cpu_allocator.cpp",
+        "funrl.allocator",
+        "the caching CPU allocator",
+        flags=["-O2", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{torch_dir / 'include'}"],
+        libraries=[f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"],
+        key_extra=[torch.__version__],
+    )
 
 
 def _lib() -> ctypes.CDLL:
@@ -152,13 +85,7 @@ def _lib() -> ctypes.CDLL:
                 raise RuntimeError(
                     f"funrl.allocator: the caching CPU allocator supports Linux; this is {sys.platform}"
                 )
-            path = _build()
-            try:
-                lib = ctypes.CDLL(str(path))
-            except OSError as exc:
-                raise RuntimeError(
-                    f"funrl.allocator: loading {path} failed ({exc}); delete it to have it rebuilt"
-                ) from None
+            lib = _native.load(_build(), "funrl.allocator")
             lib.funrl_caching_cpu_allocator_enable.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
             lib.funrl_caching_cpu_allocator_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
             _library = lib

@@ -361,7 +361,9 @@ def test_an_unwritable_cache_directory_is_a_clear_error(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("FUNRL_CACHE_DIR", str(blocker / "cache"))
-    with pytest.raises(RuntimeError, match="cannot write the allocator's build into .*FUNRL_CACHE_DIR"):
+    with pytest.raises(
+        RuntimeError, match="cannot write the build of the caching CPU allocator into .*FUNRL_CACHE_DIR"
+    ):
         allocator._build()
 
 

@@ -6,6 +6,7 @@ value of the named test at a small significance level (stated next to it), not a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import pathlib
@@ -21,6 +22,18 @@ import funrl.random as R
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "test_random_jax_vectors.json").read_text())
 FLOATS = [torch.float32, torch.float64]
+
+
+@pytest.fixture(params=["native kernel", "torch ops"])
+def threefry_path(request, monkeypatch):
+    """Run a test through each implementation of the block function eager CPU calls can take."""
+    if request.param == "torch ops":
+        monkeypatch.setattr(R, "_native_tried", True)
+        monkeypatch.setattr(R, "_native_lib", None)
+    else:
+        assert R.native_threefry_available(), "the C++ kernel did not build (is g++ on PATH?)"
+    assert (R._native_for(R.key(0)) is not None) == (request.param == "native kernel")
+    return request.param
 
 
 def _word_tensor(words: list[int]) -> torch.Tensor:
@@ -107,7 +120,7 @@ RANDOM123_KAT = [  # threefry2x32_20 from Random123's kat_vectors (also REFERENC
 
 
 @pytest.mark.parametrize(("key_words", "counter", "expected"), RANDOM123_KAT)
-def test_threefry_random123_known_answers(key_words, counter, expected):
+def test_threefry_random123_known_answers(key_words, counter, expected, threefry_path):
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in key_words)
     c = tuple(torch.tensor(w, dtype=torch.int64) for w in counter)
     out = R.threefry2x32(k, c)
@@ -120,14 +133,14 @@ def test_fixture_recorded_under_jax_default_layout():
 
 
 @pytest.mark.parametrize("case", FIXTURE["threefry2x32"], ids=lambda c: hex(c["key"][0]))
-def test_threefry_matches_jax(case):
+def test_threefry_matches_jax(case, threefry_path):
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in case["key"])
     c = tuple(torch.tensor(w, dtype=torch.int64) for w in case["counter"])
     out = R.threefry2x32(k, c)
     assert [out[0].item(), out[1].item()] == case["out"]
 
 
-def test_threefry_vectorised_counters_match_jax():
+def test_threefry_vectorised_counters_match_jax(threefry_path):
     case = FIXTURE["threefry2x32_vector"]
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in case["key"])
     y0, y1 = R.threefry2x32(k, (_word_tensor(case["counter_hi"]), _word_tensor(case["counter_lo"])))
@@ -145,21 +158,21 @@ def test_key_matches_jax_prngkey(case):
 
 
 @pytest.mark.parametrize("case", FIXTURE["split"], ids=lambda c: f"{c['seed']}-{c['num']}")
-def test_split_matches_jax(case):
+def test_split_matches_jax(case, threefry_path):
     keys = R.split(R.key(case["seed"]), case["num"])
     assert keys.shape == (case["num"], 2) and keys.dtype == torch.int64
     assert keys.tolist() == case["keys"]
 
 
 @pytest.mark.parametrize("case", FIXTURE["fold_in"], ids=lambda c: f"{c['seed']}-{c['data']}")
-def test_fold_in_matches_jax(case):
+def test_fold_in_matches_jax(case, threefry_path):
     k = R.key(case["seed"])
     assert R.fold_in(k, case["data"]).tolist() == case["key"]
     assert R.fold_in(k, torch.tensor(case["data"], dtype=torch.int64)).tolist() == case["key"]
 
 
 @pytest.mark.parametrize("case", FIXTURE["bits_uint32"], ids=lambda c: f"{c['seed']}-{c['shape']}")
-def test_bits_match_jax(case):
+def test_bits_match_jax(case, threefry_path):
     b = R.bits(R.key(case["seed"]), case["shape"])
     assert b.shape == tuple(case["shape"]) and b.dtype == torch.int64
     assert b.tolist() == case["bits"]
@@ -168,7 +181,7 @@ def test_bits_match_jax(case):
 @pytest.mark.parametrize(
     "case", FIXTURE["uniform"], ids=lambda c: f"{c['dtype']}-{c['seed']}-{c['minval']}-{c['maxval']}"
 )
-def test_uniform_matches_jax(case):
+def test_uniform_matches_jax(case, threefry_path):
     dtype = getattr(torch, case["dtype"])
     lo, hi = case["minval"], case["maxval"]
     u = R.uniform(R.key(case["seed"]), case["shape"], dtype, lo, hi)
@@ -189,7 +202,7 @@ def test_uniform_matches_jax(case):
 
 
 @pytest.mark.parametrize("case", FIXTURE["normal"], ids=lambda c: f"{c['seed']}-{c['shape']}")
-def test_normal_close_to_jax(case):
+def test_normal_close_to_jax(case, threefry_path):
     z = R.normal(R.key(case["seed"]), case["shape"])
     ref = _from_hex(case["hex"], torch.float32, case["shape"])
     # Same uniforms; erfinv implementations differ by a couple of ulps.
@@ -277,7 +290,7 @@ def test_key_from_tensor_seeds_equals_int_seeds():
     assert torch.equal(batch, torch.stack([R.key(s) for s in seeds]))
 
 
-def test_block_words_xor_to_bits():
+def test_block_words_xor_to_bits(threefry_path):
     """``block_words`` is the pair of words behind ``bits``: their xor is JAX's word."""
     for shape in [(), (3,), (2, 5), (17,)]:
         y0, y1 = R.block_words(R.key(5), shape)
@@ -390,7 +403,7 @@ def test_float64_uniform_uses_52_bits():
     assert torch.equal(u64 * 2**52, torch.floor(u64 * 2**52))
 
 
-def test_empty_shapes():
+def test_empty_shapes(threefry_path):
     k = R.key(0)
     assert R.uniform(k, (0,)).shape == (0,)
     assert R.bits(k, (3, 0)).shape == (3, 0)
@@ -641,3 +654,104 @@ def test_bad_input_raises_naming_the_argument(case, call, error, argument):
     with pytest.raises(error) as info:
         call()
     assert str(info.value).startswith(f"{argument}:"), str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager CPU calls: the C++ block function against the torch ops
+# ---------------------------------------------------------------------------------------------
+
+
+class _PassThroughMode(torch.overrides.TorchFunctionMode):
+    """A function mode that changes nothing; with any such mode active funrl takes the torch ops."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+_WORD_LAYOUTS = ["python int", "0-d", "full", "row", "column", "strided"]
+
+
+def _word(layout: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor | int:
+    def draw(*size: int) -> torch.Tensor:
+        return torch.randint(-(2**63), 2**63 - 1, size, dtype=torch.int64, generator=gen)
+
+    rows, cols = shape
+    if layout == "python int":
+        return int(draw(1)) & (2**40 - 1)  # a counter given as an int (beyond 32 bits: masked)
+    if layout == "0-d":
+        return draw(1)[0]
+    if layout == "row":
+        return draw(1, cols)
+    if layout == "column":
+        return draw(rows, 1)
+    if layout == "strided":
+        return draw(cols, rows).t()  # not contiguous
+    return draw(rows, cols)
+
+
+@given(
+    layouts=st.lists(st.sampled_from(_WORD_LAYOUTS), min_size=4, max_size=4),
+    shape=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+    seed=st.integers(0, 2**31),
+)
+def test_native_threefry_equals_the_torch_ops_for_any_words_and_broadcast(layouts, shape, seed):
+    assert R.native_threefry_available()
+    gen = torch.Generator().manual_seed(seed)
+    words = [_word(layout, shape, gen) for layout in layouts]
+    key_words = tuple(torch.as_tensor(w) for w in words[:2])  # key words are tensors
+    counter_words = tuple(words[2:])
+    assert R._native_for(*key_words, *counter_words) is not None
+    native = R.threefry2x32(key_words, counter_words)
+    with _PassThroughMode():
+        assert R._native_for(*key_words) is None
+        ops = R.threefry2x32(key_words, counter_words)
+    for got, want in zip(native, ops, strict=True):
+        assert got.dtype == torch.int64 and got.shape == want.shape
+        assert torch.equal(got, want)
+        assert int(got.min()) >= 0 and int(got.max()) < 2**32
+
+
+@given(seed=seeds, num=st.integers(1, 9), data=st.integers(-(2**40), 2**40), n=st.integers(0, 40))
+def test_native_key_functions_equal_the_torch_ops(seed, num, data, n):
+    k = R.key(seed)
+    # The same key as a strided view (a column of a [2, 2] tensor), as a slice of a batch gives.
+    strided = torch.stack([k, R.key(seed + 1)], dim=1)[:, 0]
+    assert strided.stride() == (2,)
+    results = []
+    for mode in (None, _PassThroughMode()):
+        with mode or contextlib.nullcontext():
+            results.append(
+                [
+                    R.split(k, num),
+                    R.split(strided, num),
+                    R.fold_in(k, data),
+                    R.fold_in(strided, torch.tensor(data)),
+                    R.bits(k, (n,)),
+                    *R.block_words(strided, (2, n)),
+                ]
+            )
+    for got, want in zip(*results, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_traced_calls_record_the_torch_ops():
+    # make_fx replays the function under a dispatch mode: the kernel must not hide the rounds
+    # from it, or the graph would hold the result as a constant.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(lambda k: R.split(k, 3))(R.key(0))
+    shifts = [n for n in graph.graph.nodes if "lshift" in str(n.target)]
+    assert len(shifts) >= 20  # 20 rounds, each with a left rotation
+    assert torch.equal(graph(R.key(7)), R.split(R.key(7), 3))
+
+
+def test_without_a_compiler_eager_calls_take_the_torch_ops(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-compiler-funrl")
+    monkeypatch.setattr(R, "_native_tried", False)
+    monkeypatch.setattr(R, "_native_lib", None)
+    assert not R.native_threefry_available()
+    assert R._native_for(R.key(0)) is None
+    case = FIXTURE["split"][0]
+    assert R.split(R.key(case["seed"]), case["num"]).tolist() == case["keys"]
+    assert list(tmp_path.iterdir()) == []
