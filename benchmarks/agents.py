@@ -111,6 +111,18 @@ def run_sb3(config: ppo.PPOConfig) -> dict:
     return {"run_s": run_s, "eval": [float(mean)]}
 
 
+def add_cpu_allocator_option(parser: argparse.ArgumentParser) -> None:
+    """``--cpu-allocator caching|default``, shared with the off-policy benchmark."""
+    parser.add_argument(
+        "--cpu-allocator",
+        choices=("caching", "default"),
+        default="caching",
+        help="CPU allocator of funrl's rows: funrl.allocator's caching one, in a process restarted "
+        "with glibc's malloc cache raised, or torch's default as it is (default: caching); SB3's "
+        "rows always use torch's default",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cpu")
@@ -125,14 +137,7 @@ def main() -> None:
         help="inductor's C++ wrapper for the compiled steps (one seed and vmapped seeds): rows with "
         "and without it (both), or only one (default: both)",
     )
-    parser.add_argument(
-        "--cpu-allocator",
-        choices=("caching", "default"),
-        default="caching",
-        help="CPU allocator of funrl's rows: funrl.allocator's caching one, in a process restarted "
-        "with glibc's malloc cache raised, or torch's default as it is (default: caching); SB3's "
-        "row always uses torch's default",
-    )
+    add_cpu_allocator_option(parser)
     args = parser.parse_args()
     if args.cpu_allocator == "caching":
         allocator.exec_with_malloc_tunables([__file__, *sys.argv[1:]])

@@ -268,7 +268,8 @@ def scan(
         length: number of steps when ``xs`` is ``None``.
         reverse: scan from the last index to the first (outputs stay in index order).
         use_hop: force the higher-order op (``True``) or the Python loop (``False``); by default
-            the op is used exactly when ``torch.compile`` is tracing.
+            the op is used exactly when ``torch.compile`` is tracing and the loop runs at least
+            twice (``length // unroll >= 2``); a shorter scan is traced inline.
         unroll: steps per iteration of the compiled loop, as ``jax.lax.scan``'s ``unroll``: the
             same result, with the per-iteration host cost (tens of microseconds on CPU) paid
             once per ``unroll`` steps and a body ``unroll`` times longer to compile. Worth it
@@ -301,7 +302,9 @@ def scan(
         length = n
     if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
         raise ValueError(f"unroll: expected a positive int, got {unroll!r}")
-    hop = is_compiling() if use_hop is None else use_hop
+    # A loop that would run once is traced inline: the op's per-iteration machinery buys nothing
+    # there (and torch 2.13's C++ wrapper declares some buffers twice after such loops).
+    hop = (is_compiling() and length // unroll >= 2) if use_hop is None else use_hop
     if hop and unroll > 1 and length >= unroll:
         return _scan_hop_unrolled(f, init, xs, length, reverse, unroll)
     if hop:

@@ -156,6 +156,19 @@ def _compiled_workload(xs: torch.Tensor):
     return forward, backward, counted, looped, is_compiling()
 
 
+@pytest.mark.parametrize(
+    ("length", "unroll", "loops"), [(1, 1, 0), (2, 1, 1), (3, 2, 0), (4, 2, 1), (5, 3, 0)]
+)
+def test_a_scan_that_would_loop_once_is_traced_inline(length, unroll, loops):
+    """Under torch.compile the loop op is used only when its loop would run at least twice."""
+    xs = R.normal(R.key(2), (length, 3))
+    graphs = traced_graphs(
+        lambda xs: scan(light_step, (torch.zeros(3), torch.tensor(0)), xs, unroll=unroll), xs
+    )
+    scans = [node for gm in graphs for node in gm.graph.nodes if node.target is torch.ops.higher_order.scan]
+    assert len(scans) == loops
+
+
 @pytest.mark.slow
 def test_compiled_scan_equals_eager_loop():
     """Under torch.compile(fullgraph=True) scan takes the higher-order op; it must equal eager."""
