@@ -115,6 +115,8 @@ def _load_native() -> ctypes.CDLL | None:
             lib.funrl_threefry2x32.restype = None
             lib.funrl_threefry2x32_iota.argtypes = [ptr, i64, ptr, ptr, i64, i64]
             lib.funrl_threefry2x32_iota.restype = None
+            lib.funrl_randint_iota.argtypes = [ptr, i64, i64, i64, ptr, i64]
+            lib.funrl_randint_iota.restype = None
             _native_lib = lib
         return _native_lib
 
@@ -451,6 +453,16 @@ def randint(
     shape = _as_shape(shape)
     if isinstance(low, int) and isinstance(high, int) and high <= low:
         raise ValueError(f"high: expected high > low, got low={low}, high={high}")
+    lib = _native_for(key, low, high)
+    if lib is not None:
+        bounds = [b if isinstance(b, int) else int(b) if b.dim() == 0 else None for b in (low, high)]
+        if None not in bounds and 0 < bounds[1] - bounds[0] < 2**63:
+            out = torch.empty(shape, dtype=torch.int64)
+            span = bounds[1] - bounds[0]
+            lib.funrl_randint_iota(
+                key.data_ptr(), key.stride(0), bounds[0], span, out.data_ptr(), out.numel()
+            )
+            return out
     y0, y1 = _block(key, shape)
     span_int = high - low if isinstance(low, int) and isinstance(high, int) else 0
     if 0 < span_int <= 2**32 and span_int & (span_int - 1) == 0:

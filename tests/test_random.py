@@ -755,3 +755,20 @@ def test_without_a_compiler_eager_calls_take_the_torch_ops(tmp_path, monkeypatch
     case = FIXTURE["split"][0]
     assert R.split(R.key(case["seed"]), case["num"]).tolist() == case["keys"]
     assert list(tmp_path.iterdir()) == []
+
+
+@given(
+    seed=seeds,
+    low=st.integers(-(2**62), 2**62),
+    span=st.one_of(st.integers(1, 2**62), st.sampled_from([1, 2, 2**10, 2**32, 2**32 + 1])),
+    n=st.integers(0, 50),
+    tensor_bounds=st.booleans(),
+)
+def test_native_randint_equals_the_torch_ops(seed, low, span, n, tensor_bounds):
+    k = R.key(seed)
+    bounds = (torch.tensor(low), torch.tensor(low + span)) if tensor_bounds else (low, low + span)
+    assert R._native_for(k, *bounds) is not None
+    native = R.randint(k, (n,), *bounds)
+    with _PassThroughMode():
+        ops = R.randint(k, (n,), *bounds)
+    assert native.dtype == torch.int64 and torch.equal(native, ops)

@@ -58,4 +58,20 @@ void funrl_threefry2x32_iota(const int64_t* key, int64_t stride, int64_t* y0, in
   }
 }
 
+// out[i] = low + w mod span for the 63-bit word w = ((y0 >> 1) << 32) | y1 of the block at
+// counter i (funrl.random.randint's reduction; span > 0).
+void funrl_randint_iota(const int64_t* key, int64_t stride, int64_t low, int64_t span, int64_t* out,
+                        int64_t n) {
+  const uint32_t k0 = static_cast<uint32_t>(key[0]);
+  const uint32_t k1 = static_cast<uint32_t>(key[stride]);
+  const uint64_t range = static_cast<uint64_t>(span);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t y0, y1;
+    block(k0, k1, static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), static_cast<uint32_t>(i),
+          &y0, &y1);
+    const uint64_t word = (static_cast<uint64_t>(y0 >> 1) << 32) | static_cast<uint64_t>(y1);
+    out[i] = low + static_cast<int64_t>(word % range);
+  }
+}
+
 }  // extern "C"

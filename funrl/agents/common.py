@@ -330,7 +330,10 @@ PPO carries its hyper-parameters through the minibatch loop instead (tests/agent
 DQN, SAC and TD3 read the replay buffer, whose write counter is such a scalar, from their
 gradient loop's closure, and carrying a whole buffer through the loop is no option. In scratch
 runs DQN's vmapped step crashed with the C++ wrapper and SAC's and TD3's failed to compile (C++
-errors in the generated wrapper; TD3's: buffer handles declared twice), so they are refused.
+errors in the generated wrapper; TD3's: buffer handles declared twice), so they are refused. The
+double declarations came from loops of one iteration (SAC's and TD3's defaults: one env step and
+one gradient step per update), which :func:`funrl.control.scan` now traces inline; with that their
+one-seed steps compile with the C++ wrapper. Their vmapped steps were not tried again.
 """
 
 

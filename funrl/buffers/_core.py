@@ -294,8 +294,13 @@ def write_ring_slices(stored: list[torch.Tensor], head: int, new: list[torch.Ten
             s[: length - first].copy_(b[first:])
 
 
-def gather_rows(storage: Tree, index: tuple[torch.Tensor, ...]) -> Tree:
-    return tree_map(lambda s: s[index], storage)
+def gather_rows(storage: Tree, rows: torch.Tensor) -> Tree:
+    """Rows ``rows`` (``[B]``, each in ``[0, capacity)``) of every leaf.
+
+    ``index_select`` rather than ``leaf[rows]``: the same gather under compile and vmap, and
+    eagerly a few microseconds a leaf where indexing parses an index tuple for about 12.
+    """
+    return tree_map(lambda s: torch.index_select(s, 0, rows), storage)
 
 
 def copy_state(state: Tree) -> Tree:

@@ -112,7 +112,7 @@ def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size:
     # clamp: never a zero range inside a compiled graph (eager raised above).
     filled = torch.clamp(state.count, min=1, max=config.capacity)
     indices = frandom.randint(key, (batch_size,), 0, filled)
-    items = gather_rows(state.experience, (indices,))
+    items = gather_rows(state.experience, indices)
     weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)
     return Sample(items=items, indices=indices, weights=weights)
 
@@ -145,4 +145,4 @@ def items_in_order(state: FlatState) -> Any:
     count = int(state.count)
     filled = min(count, capacity)
     rows = torch.remainder(torch.arange(count - filled, count), capacity)
-    return gather_rows(state.experience, (rows,))
+    return gather_rows(state.experience, rows)
