@@ -31,6 +31,10 @@ Contestants, all in the same process and run:
   capacity, same item, sizes and timing; its CPU column is that process's CPU time (all its
   threads, so it can exceed wall clock where XLA's runtime works beside the Python thread).
 
+Every sample call draws with a different key (a pool of 4096 distinct keys, cycled; flashbax's
+rows likewise), as the plain ring and TorchRL draw fresh rows: a fixed key would gather the same
+rows on every call, from cache.
+
 Each figure is the median over ``--repeats`` timings of ``--iters`` calls, after a warm-up: wall
 clock, and (on CPU) the calling thread's CPU time, which leaves out the time other processes on a
 shared machine take the core away (torch runs one thread here, so all the work is on it).
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import platform
@@ -58,6 +63,19 @@ from funrl.buffers._core import storage_zeros
 from funrl.control import compile as fcompile
 
 BATCH = 256
+# Sample calls cycle through this many distinct keys (or key batches): with one fixed key every
+# call would gather the same rows, which then sit in cache, while the plain ring and TorchRL draw
+# fresh rows on every call. 4096 keys of 256 rows (~0.5 GB of rows) outrun the caches.
+KEY_POOL = 4096
+
+
+def key_pool(device: torch.device, per_call: int = 1) -> Callable[[], torch.Tensor]:
+    """A function returning the next key (``[2]``, or ``[per_call, 2]`` when ``per_call > 1``)."""
+    keys = frandom.split(frandom.key(0), KEY_POOL * per_call).to(device)
+    if per_call > 1:
+        keys = keys.reshape(KEY_POOL, per_call, 2)
+    pool = itertools.cycle([k.clone() for k in keys])  # separate tensors: no views, no re-guarding
+    return lambda: next(pool)
 
 
 def sync(device: torch.device) -> None:
@@ -145,11 +163,11 @@ PER_CALL = 8
 
 def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
     """A filled ``buf`` in ``mode``: ``(do_add, do_sample, per_call, compile_s)``."""
-    key = frandom.key(0)
     state = buf.init(example_item(device))
     for _ in range(n_fill):
         state = buf.add(state, fill)
     per_call = 1
+    next_key = key_pool(device)
     if mode == "eager":
         add, sample = buf.add, buf.sample
     elif mode == "compiled":
@@ -157,7 +175,7 @@ def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
     else:  # several adds / samples in one compiled call
         per_call = PER_CALL
         batches = [make_batch(BATCH, device, seed=10 + i) for i in range(PER_CALL)]
-        keys = frandom.split(key, PER_CALL)
+        next_key = key_pool(device, PER_CALL)
 
         def add_several(state, batches):
             for b in batches:
@@ -165,13 +183,10 @@ def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
             return state
 
         compiled_add = fcompile(add_several, dynamic=False)
-        compiled_sample = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
+        sample = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
 
         def add(state, _):
             return compiled_add(state, batches)
-
-        def sample(state, _, batch_size):
-            return compiled_sample(state, keys, batch_size)
 
     holder = [state]
 
@@ -179,7 +194,7 @@ def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
         holder[0] = add(holder[0], batch)
 
     def do_sample() -> None:
-        sample(holder[0], key, BATCH)
+        sample(holder[0], next_key(), BATCH)
 
     compile_s = 0.0
     if mode != "eager":
@@ -330,7 +345,6 @@ def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callab
     """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``."""
     fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
     n_fill = -(-capacity // FILL_CHUNK)
-    key = frandom.key(0)
     if name.startswith("plain ring"):
         ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
         for _ in range(n_fill):
@@ -341,11 +355,11 @@ def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callab
     for _ in range(n_fill):
         state = buf.add(state, fill)
     if name == "funrl compiled":
-        sample = fcompile(buf.sample, dynamic=False)
-        return (lambda: sample(state, key, BATCH)), 1, [state]
-    keys = frandom.split(key, PER_CALL)
+        sample, next_key = fcompile(buf.sample, dynamic=False), key_pool(device)
+        return (lambda: sample(state, next_key(), BATCH)), 1, [state]
     several = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
-    return (lambda: several(state, keys, BATCH)), PER_CALL, [state]
+    next_keys = key_pool(device, PER_CALL)
+    return (lambda: several(state, next_keys(), BATCH)), PER_CALL, [state]
 
 
 def bench_scaling(small: int, large: int, device: torch.device, args: argparse.Namespace) -> list:
@@ -468,9 +482,9 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
     n_fill = -(-capacity // FILL_CHUNK)
     buf = fb.prioritised(capacity, alpha=0.6, beta=0.4)
     new_priorities = torch.rand(BATCH, generator=torch.Generator().manual_seed(3)).to(device) + 0.01
-    key = frandom.key(0)
+    next_key = key_pool(device)
 
-    def step(state):
+    def step(state, key):
         sample = buf.sample(state, key, BATCH)
         return buf.update_priorities(state, sample.indices, new_priorities), sample
 
@@ -482,7 +496,7 @@ def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namesp
         holder = [state]
 
         def call(fn=fn, holder=holder) -> None:
-            holder[0], _ = fn(holder[0])
+            holder[0], _ = fn(holder[0], next_key())
 
         compile_s = 0.0
         if mode == "compiled":

@@ -30,6 +30,7 @@ process (``time.process_time``: all its threads; XLA is asked for one intra-op t
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -37,6 +38,7 @@ from collections.abc import Callable
 
 BATCH = 256
 PER_CALL = 8
+KEY_POOL = 4096  # distinct keys (or key batches) cycled through by the sample calls
 
 
 def time_call(call: Callable[[], object], iters: int, repeats: int) -> tuple[float, float]:
@@ -91,12 +93,14 @@ def prepare(kind: str, capacity: int) -> tuple:
     for _ in range(-(-capacity // BATCH) + 1):
         state = add(state, fill)
     jax.block_until_ready(state)
-    key = jax.random.PRNGKey(0)
+    # A different key per sample call (see buffers.py: a fixed key re-reads cached rows).
+    keys = jax.random.split(jax.random.PRNGKey(0), KEY_POOL * PER_CALL)
+    key_pool = itertools.cycle([keys[i] for i in range(KEY_POOL)])
     per_call = 1
     if kind == "flat, 8 per call":
         per_call = PER_CALL
         batches = [batch(10 + i) for i in range(PER_CALL)]
-        keys = jax.random.split(key, PER_CALL)
+        key_pool = itertools.cycle([keys[i * PER_CALL : (i + 1) * PER_CALL] for i in range(KEY_POOL)])
 
         def add_several(state, batches):
             for b in batches:
@@ -109,7 +113,7 @@ def prepare(kind: str, capacity: int) -> tuple:
         def add(state, _):
             return several_add(state, batches)
 
-        def sample(state, _):
+        def sample(state, keys):
             return several_sample(state, keys)
 
     one = batch(1)
@@ -120,7 +124,7 @@ def prepare(kind: str, capacity: int) -> tuple:
         return holder[0]
 
     def do_sample():
-        return sample(holder[0], key)
+        return sample(holder[0], next(key_pool))
 
     start = time.perf_counter()
     jax.block_until_ready(do_add())
