@@ -15,8 +15,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import torch
+from torch._C._functorch import is_functorch_wrapped_tensor
 
 SOURCES = Path(__file__).with_name("_csrc")
 
@@ -103,3 +107,57 @@ def load(path: Path, owner: str) -> ctypes.CDLL:
         return ctypes.CDLL(str(path))
     except OSError as exc:
         raise RuntimeError(f"{owner}: loading {path} failed ({exc}); delete it to have it rebuilt") from None
+
+
+class LazyLibrary:
+    """A library of ``_csrc`` built and loaded on its first :meth:`get`, once per process.
+
+    ``get`` returns None when it cannot be (no compiler, no writable cache): callers then run
+    their torch ops, which compute the same values.
+    """
+
+    def __init__(self, source: str, owner: str, what: str, declare: Callable[[ctypes.CDLL], None]):
+        self.source, self.owner, self.what, self.declare = source, owner, what, declare
+        self._lock = threading.Lock()
+        self._lib: ctypes.CDLL | None = None
+        self._tried = False
+
+    def get(self) -> ctypes.CDLL | None:
+        if self._tried:  # no lock once settled: this is on every eager call's path
+            return self._lib
+        with self._lock:
+            if not self._tried:
+                try:
+                    lib = load(build(self.source, self.owner, self.what, ["-O3"]), self.owner)
+                    self.declare(lib)
+                    self._lib = lib
+                except RuntimeError:
+                    self._lib = None
+                self._tried = True
+            return self._lib
+
+
+def plain_eager(*values: object, dtype: torch.dtype | None = None) -> bool:
+    """True when no tracer or transform is active and every tensor among ``values`` is a plain
+    CPU tensor (of ``dtype`` if given): then a C++ kernel may stand in for torch ops.
+
+    Anything that traces or transforms ops (dynamo, vmap, grad, functionalization, a dispatch or
+    function mode, jit tracing) must see the torch ops.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack() > 0
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._get_tracing_state() is not None
+    ):
+        return False
+    for v in values:
+        if isinstance(v, torch.Tensor) and not (
+            type(v) is torch.Tensor
+            and v.is_cpu
+            and (dtype is None or v.dtype == dtype)
+            and not is_functorch_wrapped_tensor(v)
+            and not torch._is_functional_tensor(v)
+        ):
+            return False
+    return True

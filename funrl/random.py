@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 from collections.abc import Sequence
 
 import torch
-from torch._C._functorch import is_batchedtensor, is_functorch_wrapped_tensor
+from torch._C._functorch import is_batchedtensor
 
 from funrl import _native
 
@@ -95,60 +94,28 @@ def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
     return ((x << r) | (x >> (32 - r))) & _MASK32
 
 
-_native_lock = threading.Lock()
-_native_lib: ctypes.CDLL | None = None
-_native_tried = False
+def _declare(lib: ctypes.CDLL) -> None:
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.funrl_threefry2x32.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64]
+    lib.funrl_threefry2x32.restype = None
+    lib.funrl_threefry2x32_iota.argtypes = [ptr, i64, ptr, ptr, i64, i64]
+    lib.funrl_threefry2x32_iota.restype = None
+    lib.funrl_randint_iota.argtypes = [ptr, i64, i64, i64, ptr, i64]
+    lib.funrl_randint_iota.restype = None
 
 
-def _load_native() -> ctypes.CDLL | None:
-    global _native_lib, _native_tried
-    with _native_lock:
-        if not _native_tried:
-            _native_tried = True
-            try:
-                path = _native.build("threefry.cpp", "funrl.random", "the eager Threefry kernel", ["-O3"])
-                lib = _native.load(path, "funrl.random")
-            except RuntimeError:
-                return None  # no compiler or no writable cache: the torch ops, same values
-            ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-            lib.funrl_threefry2x32.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64]
-            lib.funrl_threefry2x32.restype = None
-            lib.funrl_threefry2x32_iota.argtypes = [ptr, i64, ptr, ptr, i64, i64]
-            lib.funrl_threefry2x32_iota.restype = None
-            lib.funrl_randint_iota.argtypes = [ptr, i64, i64, i64, ptr, i64]
-            lib.funrl_randint_iota.restype = None
-            _native_lib = lib
-        return _native_lib
+_KERNEL = _native.LazyLibrary("threefry.cpp", "funrl.random", "the eager Threefry kernel", _declare)
 
 
 def native_threefry_available() -> bool:
     """True if eager CPU calls run Threefry in funrl's C++ kernel (built on first call)."""
-    return _load_native() is not None
+    return _KERNEL.get() is not None
 
 
 def _native_for(*words: object) -> ctypes.CDLL | None:
-    """The C++ kernel if every tensor among ``words`` is a plain eager CPU int64 tensor, else None.
-
-    Anything that traces or transforms ops (dynamo, vmap, grad, functionalization, a dispatch or
-    function mode, jit tracing) must see the torch ops, so it gets None.
-    """
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack() > 0
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._get_tracing_state() is not None
-    ):
-        return None
-    for w in words:
-        if isinstance(w, torch.Tensor) and not (
-            type(w) is torch.Tensor
-            and w.is_cpu
-            and w.dtype == torch.int64
-            and not is_functorch_wrapped_tensor(w)
-            and not torch._is_functional_tensor(w)
-        ):
-            return None
-    return _native_lib if _native_tried else _load_native()
+    """The C++ kernel if no tracer or transform is active and every tensor among ``words`` is a
+    plain CPU int64 tensor (:func:`funrl._native.plain_eager`), else None."""
+    return _KERNEL.get() if _native.plain_eager(*words, dtype=torch.int64) else None
 
 
 def _broadcast_shape(shapes: list[torch.Size]) -> tuple[int, ...]:

@@ -28,8 +28,8 @@ FLOATS = [torch.float32, torch.float64]
 def threefry_path(request, monkeypatch):
     """Run a test through each implementation of the block function eager CPU calls can take."""
     if request.param == "torch ops":
-        monkeypatch.setattr(R, "_native_tried", True)
-        monkeypatch.setattr(R, "_native_lib", None)
+        monkeypatch.setattr(R._KERNEL, "_tried", True)
+        monkeypatch.setattr(R._KERNEL, "_lib", None)
     else:
         assert R.native_threefry_available(), "the C++ kernel did not build (is g++ on PATH?)"
     assert (R._native_for(R.key(0)) is not None) == (request.param == "native kernel")
@@ -748,8 +748,8 @@ def test_traced_calls_record_the_torch_ops():
 def test_without_a_compiler_eager_calls_take_the_torch_ops(tmp_path, monkeypatch):
     monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CXX", "no-such-compiler-funrl")
-    monkeypatch.setattr(R, "_native_tried", False)
-    monkeypatch.setattr(R, "_native_lib", None)
+    monkeypatch.setattr(R._KERNEL, "_tried", False)
+    monkeypatch.setattr(R._KERNEL, "_lib", None)
     assert not R.native_threefry_available()
     assert R._native_for(R.key(0)) is None
     case = FIXTURE["split"][0]

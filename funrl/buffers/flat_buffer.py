@@ -104,13 +104,17 @@ def _can_sample(config: FlatConfig, state: FlatState) -> torch.Tensor:
 def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size: int) -> Sample:
     check_batch_size(batch_size)
     check_fresh(state.count, state.storage_count, "sample")
-    if not in_transform() and not bool(_can_sample(config, state)):
-        raise ValueError(
-            f"sample: the buffer holds {int(state.count)} items, fewer than min_length="
-            f"{config.min_length}; check can_sample(state) before sampling"
-        )
-    # clamp: never a zero range inside a compiled graph (eager raised above).
-    filled = torch.clamp(state.count, min=1, max=config.capacity)
+    if in_transform():
+        # clamp: never a zero range inside a compiled graph (eager raises below instead).
+        filled = torch.clamp(state.count, min=1, max=config.capacity)
+    else:
+        count = int(state.count)  # eager: a Python int bounds the draw, no tensor ops for the range
+        if count < config.min_length:
+            raise ValueError(
+                f"sample: the buffer holds {count} items, fewer than min_length="
+                f"{config.min_length}; check can_sample(state) before sampling"
+            )
+        filled = min(count, config.capacity)
     indices = frandom.randint(key, (batch_size,), 0, filled)
     items = gather_rows(state.experience, indices)
     weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)
