@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch._C import _functorch
 from torch._C._functorch import is_batchedtensor
 
 from funrl import _native
@@ -155,6 +156,48 @@ def _threefry_native(
     return y0, y1
 
 
+def _vmap_level(words: tuple[object, ...]) -> int | None:
+    """The vmap level to peel off when the words are CPU int64 tensors under eager ``vmap`` alone
+    (each plain or batched, the innermost level batched), else None (then the torch ops run)."""
+    if torch.compiler.is_compiling() or _KERNEL.get() is None:
+        return None
+    tensors = [w for w in words if isinstance(w, torch.Tensor)]
+    levels = [_functorch.maybe_get_level(w) for w in tensors]
+    level = max(levels, default=-1)
+    if level < 0 or _functorch.maybe_current_level() != level:
+        return None
+    inner = [w for w, lv in zip(tensors, levels, strict=True) if lv == level]
+    if not all(is_batchedtensor(w) and w.is_cpu and w.dtype == torch.int64 for w in inner):
+        return None
+    # The unbatched words must be plain (a grad-tracking word means a transform below vmap).
+    plain = [w for w, lv in zip(tensors, levels, strict=True) if lv < 0]
+    return level if _native.plain_eager(*plain, dtype=torch.int64) else None
+
+
+def _threefry_unbatched(words: tuple[object, ...], level: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block function for words batched at ``level``: computed on the unwrapped values (batch
+    dimension first, per-example shapes kept broadcastable) and wrapped again at ``level``."""
+    values, dims = [], []
+    for w in words:
+        if isinstance(w, torch.Tensor) and _functorch.maybe_get_level(w) == level:
+            value, dim = _functorch._unwrap_batched(w, level)
+            values.append(value)
+            dims.append(dim)
+        else:
+            values.append(w)
+            dims.append(None)
+    rank = max(
+        (v.dim() - (d is not None) for v, d in zip(values, dims, strict=True) if isinstance(v, torch.Tensor)),
+        default=0,
+    )
+    for i, (v, d) in enumerate(zip(values, dims, strict=True)):
+        if d is not None:
+            v = v.movedim(d, 0)
+            values[i] = v.reshape(v.shape[0], *[1] * (rank - (v.dim() - 1)), *v.shape[1:])
+    y0, y1 = threefry2x32((values[0], values[1]), (values[2], values[3]))
+    return _functorch._add_batch_dim(y0, 0, level), _functorch._add_batch_dim(y1, 0, level)
+
+
 def threefry2x32(
     key_words: tuple[torch.Tensor, torch.Tensor],
     counter_words: tuple[torch.Tensor, torch.Tensor],
@@ -172,6 +215,9 @@ def threefry2x32(
     lib = _native_for(*key_words, *counter_words)
     if lib is not None:
         return _threefry_native(lib, (*key_words, *counter_words))
+    level = _vmap_level((*key_words, *counter_words))
+    if level is not None:
+        return _threefry_unbatched((*key_words, *counter_words), level)
     k0, k1 = key_words
     k2 = k0 ^ k1 ^ _PARITY
     ks = (k0, k1, k2)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from torch.func import vmap
 
 import funrl.random as R
+from funrl import tree
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "test_random_jax_vectors.json").read_text())
 FLOATS = [torch.float32, torch.float64]
@@ -772,3 +773,39 @@ def test_native_randint_equals_the_torch_ops(seed, low, span, n, tensor_bounds):
     with _PassThroughMode():
         ops = R.randint(k, (n,), *bounds)
     assert native.dtype == torch.int64 and torch.equal(native, ops)
+
+
+def _vmapped_draws(keys: torch.Tensor) -> list:
+    """Eager vmapped key functions: nested levels, keys or data batched alone, a batch dim not
+    first, counters broadcast against batched keys, a grad inside vmap."""
+    grid = keys.reshape(2, 5, 2)
+    counters = (torch.arange(3), torch.zeros(2, 1, dtype=torch.int64))
+    return [
+        vmap(R.split)(keys),
+        vmap(lambda k: R.uniform(k, (3,)))(keys),
+        vmap(lambda k: R.randint(k, (4,), 0, 7))(keys),
+        vmap(vmap(lambda k: R.bits(k, (2,))))(grid),
+        vmap(lambda k, d: R.fold_in(k, d))(keys, torch.arange(10)),
+        vmap(lambda d: vmap(lambda k: R.fold_in(k, d))(keys))(torch.arange(3)),
+        vmap(lambda k: vmap(lambda d: R.fold_in(k, d))(torch.arange(4)))(keys),
+        vmap(lambda k: R.threefry2x32((k[0], k[1]), counters))(keys),
+        vmap(lambda k: R.normal(k, (2, 2)), in_dims=1)(keys.t()),
+        vmap(lambda x: torch.func.grad(lambda y: (y * R.uniform(R.key(1), (3,))).sum())(x))(torch.ones(4, 3)),
+    ]
+
+
+def test_eager_vmap_runs_the_kernel_per_level_and_equals_the_torch_ops(monkeypatch):
+    calls = []
+    unbatched = R._threefry_unbatched
+    monkeypatch.setattr(
+        R, "_threefry_unbatched", lambda words, level: calls.append(level) or unbatched(words, level)
+    )
+    keys = R.split(R.key(3), 10)
+    fast = _vmapped_draws(keys)
+    assert len(calls) >= 9  # every draw but the one under grad peeled a vmap level
+    calls.clear()
+    with _PassThroughMode():
+        slow = _vmapped_draws(keys)
+    assert calls == []
+    for got, want in zip(fast, slow, strict=True):
+        assert tree.tree_equal(got, want)
