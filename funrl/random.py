@@ -15,7 +15,8 @@ multiply. The key and counter layout follow ``jax.random`` under its current def
 Run eagerly on CPU, ~170 integer ops of a few microseconds each make one Threefry call cost
 ~0.4 ms. There the block function runs in a small C++ kernel instead (``funrl/_csrc/threefry.cpp``,
 built on first use and cached like :mod:`funrl.allocator`; same values, tested against the torch
-ops): ``split`` and ``uniform`` take microseconds. Under ``torch.compile``, ``vmap``, ``grad``,
+ops): ``split`` and ``uniform`` take microseconds. Under eager ``vmap`` the words' batch level is
+peeled off and the kernel runs on the values. Under ``torch.compile``, ``grad``, functionalization,
 a dispatch or function mode, or on another device, the torch ops run as written (inductor fuses
 them into one loop). Without a C++ compiler every call takes the torch ops;
 :func:`native_threefry_available` tells.
