@@ -451,6 +451,13 @@ def truncated_normal(
     return torch.clamp(out, inside_lower, inside_upper)
 
 
+def _int_bound(bound: object) -> int | None:
+    """A bound the randint kernel takes: a Python int or a 0-d tensor's value; else None."""
+    if isinstance(bound, int):
+        return bound
+    return int(bound) if isinstance(bound, torch.Tensor) and bound.dim() == 0 else None
+
+
 def randint(
     key: Key,
     shape: Shape,
@@ -469,7 +476,7 @@ def randint(
         raise ValueError(f"high: expected high > low, got low={low}, high={high}")
     lib = _native_for(key, low, high)
     if lib is not None:
-        bounds = [b if isinstance(b, int) else int(b) if b.dim() == 0 else None for b in (low, high)]
+        bounds = [_int_bound(b) for b in (low, high)]
         if None not in bounds and 0 < bounds[1] - bounds[0] < 2**63:
             out = torch.empty(shape, dtype=torch.int64)
             span = bounds[1] - bounds[0]
