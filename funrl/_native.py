@@ -1,4 +1,4 @@
-"""Small C++ helpers of funrl, built on first use and cached (the allocator, eager Threefry).
+"""Small C++ helpers of funrl, built on first use and cached (the allocator, eager kernels).
 
 Each source in ``funrl/_csrc`` is compiled with the C++ compiler ``torch.compile`` already needs
 on CPU (``$CXX``, else ``g++``/``c++``/``clang++``) into ``$FUNRL_CACHE_DIR`` (default
@@ -138,11 +138,11 @@ class LazyLibrary:
 
 
 def plain_eager(*values: object, dtype: torch.dtype | None = None) -> bool:
-    """True when no tracer or transform is active and every tensor among ``values`` is a plain
-    CPU tensor (of ``dtype`` if given): then a C++ kernel may stand in for torch ops.
+    """True when nothing records the ops (dynamo, a dispatch or function mode, jit tracing) and
+    every tensor among ``values`` is a plain CPU tensor (of ``dtype`` if given; not wrapped by
+    vmap, grad or functionalization): then a C++ kernel may stand in for torch ops.
 
-    Anything that traces or transforms ops (dynamo, vmap, grad, functionalization, a dispatch or
-    function mode, jit tracing) must see the torch ops.
+    Anything that traces or transforms ops must see the torch ops themselves.
     """
     if (
         torch.compiler.is_compiling()
