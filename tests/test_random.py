@@ -809,3 +809,15 @@ def test_eager_vmap_runs_the_kernel_per_level_and_equals_the_torch_ops(monkeypat
     assert calls == []
     for got, want in zip(fast, slow, strict=True):
         assert tree.tree_equal(got, want)
+
+
+def test_functionalize_and_jit_trace_see_the_torch_ops():
+    """Functionalization and jit tracing record ops, so they must not get the kernel's result
+    as a constant: the traced function follows its input key."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(torch.func.functionalize(lambda k: R.split(k, 3)))(R.key(0))
+    assert sum("lshift" in str(n.target) for n in graph.graph.nodes) >= 20
+    assert torch.equal(graph(R.key(7)), R.split(R.key(7), 3))
+    traced = torch.jit.trace(lambda k: R.split(k, 3), R.key(0), check_trace=False)
+    assert torch.equal(traced(R.key(7)), R.split(R.key(7), 3))

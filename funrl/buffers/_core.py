@@ -74,14 +74,20 @@ def in_transform() -> bool:
     return torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None
 
 
-def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> None:
-    """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter."""
+def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> int | None:
+    """Raise :class:`StaleStateError` (eager only) when ``count`` lags the shared storage counter.
+
+    Returns the count it read, as an int, for one buffer in eager mode (callers use it rather than
+    reading it again); None when traced or for stacked states.
+    """
     if in_transform():
-        return
+        return None
     # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1]. One buffer:
     # two scalar reads, no kernels (this runs on every eager add and sample).
+    value = None
     if count.dim() == 0:
-        fresh = count.item() == storage_count.item()
+        value = count.item()
+        fresh = value == storage_count.item()
     else:
         fresh = bool((count.unsqueeze(-1) == storage_count).all())
     if not fresh:
@@ -90,6 +96,7 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
             f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from then on "
             "(use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
         )
+    return value
 
 
 HUGE_PAGE_BYTES = 2 << 20

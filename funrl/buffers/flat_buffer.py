@@ -74,19 +74,19 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     reads the counters anyway) and each leaf gets at most two slice copies, with no index tensor.
     """
     (batch_size,), stored, new = check_batch_leaves(batch, state.experience, batch_ndim=1)
-    check_fresh(state.count, state.storage_count, "add")
+    count = check_fresh(state.count, state.storage_count, "add")
     # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
     skipped = max(0, batch_size - capacity)
     if skipped:
         new = [x[skipped:] for x in new]
     start = state.count + skipped if skipped else state.count
     written = batch_size - skipped
-    if in_transform() or state.count.dim() != 0:
+    if count is None:  # traced, or stacked states
         rows = ring_rows(start, written, capacity)
         for s, b in zip(stored, new, strict=True):
             s.index_put_((rows,), b)
     else:
-        write_ring_slices(stored, (state.count.item() + skipped) % capacity, new)
+        write_ring_slices(stored, (count + skipped) % capacity, new)
     new_count = state.count + batch_size
     state.storage_count.copy_(new_count)
     return new_count, start, written
@@ -103,12 +103,14 @@ def _can_sample(config: FlatConfig, state: FlatState) -> torch.Tensor:
 
 def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size: int) -> Sample:
     check_batch_size(batch_size)
-    check_fresh(state.count, state.storage_count, "sample")
+    count = check_fresh(state.count, state.storage_count, "sample")
     if in_transform():
         # clamp: never a zero range inside a compiled graph (eager raises below instead).
         filled = torch.clamp(state.count, min=1, max=config.capacity)
     else:
-        count = int(state.count)  # eager: a Python int bounds the draw, no tensor ops for the range
+        if count is None:  # stacked states outside vmap: int() names the problem
+            count = int(state.count)
+        # eager: a Python int bounds the draw, no tensor ops for the range
         if count < config.min_length:
             raise ValueError(
                 f"sample: the buffer holds {count} items, fewer than min_length="
