@@ -402,12 +402,13 @@ def cache_lines_per_row(row_bytes: int) -> float:
 
 
 def bench_gather(capacities: list[int], device: torch.device, args: argparse.Namespace) -> list:
-    """Where the sample's time goes: 256 stored rows gathered per leaf, from a filled funrl
-    storage, with the indices given (no random draw). ``GATHER_SETS`` index sets per compiled
-    call, so the fixed cost of a call is shared; per 256 rows. The ``sorted`` cases read the same
-    rows in address order: given sorted (the memory side alone), sorted in the call, and sorted
-    then put back in the drawn order (what a sample, which must keep that order, would pay): the
-    ordering experiment for the large-capacity sample."""
+    """Where the sample's time goes: 256 stored rows gathered from a filled funrl storage (packed:
+    one ``[capacity, width]`` tensor per dtype), with the indices given (no random draw), and from
+    the same items stored leaf by leaf (one tensor per leaf, funrl's layout before packing).
+    ``GATHER_SETS`` index sets per compiled call, so the fixed cost of a call is shared; per 256
+    rows. The ``sorted`` cases read the same rows in address order: given sorted (the memory side
+    alone), sorted in the call, and sorted then put back in the drawn order (what a sample, which
+    must keep that order, would pay): the ordering experiment for the large-capacity sample."""
     out = []
     g = torch.Generator().manual_seed(5)
     for capacity in capacities:
@@ -416,14 +417,19 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
         fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
         for _ in range(-(-capacity // FILL_CHUNK)):
             state = buf.add(state, fill)
-        ex = state.experience
+        packed = {f"{t.dtype} rows".removeprefix("torch."): t for t in state.experience}
+        leafwise = {
+            k: storage_zeros(v.shape, v.dtype, device) for k, v in fb.storage_items(state.experience).items()
+        }
+        for k, v in fb.storage_items(state.experience).items():
+            leafwise[k].copy_(v)
         idx = torch.randint(capacity, (GATHER_SETS, BATCH), generator=g).to(device)
 
         def gather_all(ex, idx):
             return {k: v[idx] for k, v in ex.items()}
 
-        def one_leaf(leaf, idx):
-            return leaf[idx]
+        def one_tensor(t, idx):
+            return t[idx]
 
         def sorted_in_call(ex, idx):
             rows = idx.sort(dim=-1).values
@@ -437,24 +443,41 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
                 for k, v in ex.items()
             }
 
-        # name: (function, first argument, indices). One leaf alone passes that leaf, so that
-        # each case is its own graph (guards on a leaf's name would recompile one function).
+        # name: (function, first argument, indices, storage tensors read). One tensor alone passes
+        # that tensor, so that each case is its own graph (guards on a key would recompile).
         presorted = idx.sort(dim=-1).values
-        cases = {"all leaves": (gather_all, ex, idx)}
-        cases.update({k: (one_leaf, v, idx) for k, v in ex.items()})
-        cases["all leaves, rows given sorted (sort not timed, drawn order lost)"] = (
+        cases = {"packed: all groups": (gather_all, packed, idx, list(packed.values()))}
+        cases.update({f"packed: {k}": (one_tensor, v, idx, [v]) for k, v in packed.items()})
+        cases["packed: all groups, rows given sorted (sort not timed, drawn order lost)"] = (
             gather_all,
-            ex,
+            packed,
             presorted,
+            list(packed.values()),
         )
-        cases["all leaves, sorted in the call (drawn order lost)"] = (sorted_in_call, ex, idx)
-        cases["all leaves, sorted in the call, drawn order restored"] = (sorted_restored, ex, idx)
-        cases["indices only (idx + 1)"] = (lambda ex, idx: idx + 1, ex, idx)
-        torch._dynamo.reset()  # a fresh compile cache per capacity (one_leaf sees 4 shapes each)
-        compiled = {f: fcompile(f, dynamic=False) for f, _, _ in cases.values()}
+        cases["packed: all groups, sorted in the call (drawn order lost)"] = (
+            sorted_in_call,
+            packed,
+            idx,
+            list(packed.values()),
+        )
+        cases["packed: all groups, sorted in the call, drawn order restored"] = (
+            sorted_restored,
+            packed,
+            idx,
+            list(packed.values()),
+        )
+        cases["leaf by leaf (one tensor per leaf): all leaves"] = (
+            gather_all,
+            leafwise,
+            idx,
+            list(leafwise.values()),
+        )
+        cases["indices only (idx + 1)"] = (lambda ex, idx: idx + 1, packed, idx, [])
+        torch._dynamo.reset()  # a fresh compile cache per capacity
+        compiled = {f: fcompile(f, dynamic=False) for f, _, _, _ in cases.values()}
         calls = {
             name: (lambda f=compiled[f], arg=arg, rows=rows: f(arg, rows))
-            for name, (f, arg, rows) in cases.items()
+            for name, (f, arg, rows, _) in cases.items()
         }
         for call in calls.values():
             call()
@@ -462,16 +485,11 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
         for _ in range(args.repeats):  # in turn, so that load drift falls on every case alike
             for name, call in calls.items():
                 times[name].append(time_call(call, device, max(1, args.iters // 4), 1))
-        for name in calls:
+        for name, (_, _, _, read) in cases.items():
             wall, cpu = (statistics.median(t[i] for t in times[name]) / GATHER_SETS for i in (0, 1))
-            if name in ex:
-                lines = cache_lines_per_row(ex[name][0].numel() * ex[name].dtype.itemsize)
-            elif name.startswith("all"):
-                lines = sum(cache_lines_per_row(v[0].numel() * v.dtype.itemsize) for v in ex.values())
-            else:
-                lines = 0.0
+            lines = sum(cache_lines_per_row(t[0].numel() * t.dtype.itemsize) for t in read)
             out.append((capacity, name, lines, wall, cpu))
-        state = ex = cases = calls = compiled = None  # free this capacity's storage before the next
+        state = packed = leafwise = cases = calls = compiled = None  # free this capacity's storage
         gc.collect()
     return out
 
@@ -582,8 +600,8 @@ def main() -> None:
     capacities = [int(c) for c in args.capacities.split(",")]
     if args.only_gather:
         ends = sorted({min(capacities), max(capacities)})
-        print("\ngather of 256 stored rows per leaf, indices given (no draw), per 256 rows:\n")
-        print("| capacity | leaves | cache lines per row | time (µs) | CPU (µs) |")
+        print("\ngather of 256 stored rows, indices given (no draw), per 256 rows:\n")
+        print("| capacity | storage read | cache lines per row | time (µs) | CPU (µs) |")
         print("|---:|---|---:|---:|---:|")
         for capacity, name, lines, wall, cpu in bench_gather(ends, device, args):
             print(f"| {capacity:.0e} | {name} | {lines:.2f} | {wall * 1e6:.2f} | {cpu * 1e6:.2f} |")

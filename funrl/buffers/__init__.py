@@ -11,8 +11,9 @@
 on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
 ``add`` and ``sample`` cost O(batch), vmap over stacked states (one buffer per seed) and compile
 with ``torch.compile(fullgraph=True)``. Eager ``add`` is about as cheap as a hand-written ring
-buffer; ``sample`` draws Threefry keys op by op when eager, so compile it (``funrl.control.compile``),
-best as part of the update step that uses it. CPU storages of 2 MiB or more are backed by
+buffer. Storage is packed: one ``[capacity, width]`` tensor per dtype, a row per item, so a sampled
+item is read from one place per dtype rather than one per leaf (``storage_items(state.experience)``
+gives the item pytree of views). CPU storages of 2 MiB or more are backed by
 transparent huge pages, so random rows of a multi-gigabyte buffer do not each cost a page walk.
 
 Also here:
@@ -28,6 +29,7 @@ Also here:
 
 from funrl.buffers import sum_tree, without_replacement
 from funrl.buffers._core import Buffer, Sample, StaleStateError, copy_state
+from funrl.buffers._storage import storage_items
 from funrl.buffers.flat_buffer import FlatState, flat, items_in_order
 from funrl.buffers.interop import TORCHRL_KEYS, from_tensordict, to_tensordict
 from funrl.buffers.mixer import Mixer, mixer
@@ -46,6 +48,7 @@ __all__ = [
     "Sample",
     "StaleStateError",
     "copy_state",
+    "storage_items",
     "FlatState",
     "flat",
     "items_in_order",

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 import mmap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import optree
 import torch
+
+from funrl.buffers._storage import ItemLayout, layout_of, packed_type, path_str, unpack
 
 __all__ = ["Buffer", "Sample", "StaleStateError"]
 
@@ -134,16 +136,12 @@ def storage_zeros(
     return torch.frombuffer(region, dtype=dtype, count=numel, offset=offset).view(shape)
 
 
-def path_str(path: tuple[Any, ...]) -> str:
-    return "item" + "".join(f"[{p!r}]" for p in path)
-
-
 def flatten_with_path(tree: Tree) -> tuple[list[tuple[Any, ...]], list[Any], optree.PyTreeSpec]:
     return optree.tree_flatten_with_path(tree, none_is_leaf=False, namespace=_NAMESPACE)
 
 
 def check_example(example: Tree, name: str = "example_item") -> None:
-    """Every leaf of ``example`` must be a tensor."""
+    """Every leaf of ``example`` must be a tensor, all on one device."""
     paths, leaves, _ = flatten_with_path(example)
     if not leaves:
         raise ValueError(f"{name}: expected a pytree with at least one tensor leaf, got {example!r}")
@@ -152,104 +150,108 @@ def check_example(example: Tree, name: str = "example_item") -> None:
             raise TypeError(
                 f"{name}: leaf {path_str(path)} expected a torch.Tensor, got {type(leaf).__name__}"
             )
+        if leaf.device != leaves[0].device:
+            raise ValueError(
+                f"{name}: leaf {path_str(path)} is on {leaf.device} but leaf {path_str(paths[0])} on "
+                f"{leaves[0].device}; a buffer stores all leaves on one device"
+            )
 
 
-def check_batch(batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch") -> tuple[int, ...]:
-    """Check ``batch`` against ``storage`` (same structure, dtypes, trailing shapes); return its batch dims.
-
-    ``storage`` leaves are ``[*storage_dims, *item_shape]`` with ``batch_ndim`` storage dims;
-    ``batch`` leaves must be ``[*batch_dims, *item_shape]`` with the same ``batch_dims`` across
-    leaves. Static checks only (shapes, dtypes), so they are free under ``torch.compile``; leaf
-    paths are worked out only to word an error.
-    """
-    return check_batch_leaves(batch, storage, batch_ndim, name)[0]
+def init_storage(example_item: Tree, storage_dims: tuple[int, ...]) -> Any:
+    """Zero packed storage for items like ``example_item``: a ``PackedItems`` of one tensor
+    ``[*storage_dims, width]`` per dtype, on the example's device (see ``_storage``)."""
+    check_example(example_item)
+    layout = ItemLayout.of(example_item)
+    device = optree.tree_leaves(example_item, namespace=_NAMESPACE)[0].device
+    groups = [
+        storage_zeros((*storage_dims, w), dtype, device)
+        for dtype, w in zip(layout.dtypes, layout.widths, strict=True)
+    ]
+    return packed_type(layout)(*groups)
 
 
 def check_batch_leaves(
-    batch: Tree, storage: Tree, batch_ndim: int, name: str = "batch"
-) -> tuple[tuple[int, ...], list[torch.Tensor], list[torch.Tensor]]:
-    """:func:`check_batch`, also returning the flat ``(batch_dims, storage_leaves, batch_leaves)``.
+    batch: Tree, experience: Any, batch_ndim: int, name: str = "batch"
+) -> tuple[tuple[int, ...], list[torch.Tensor]]:
+    """Check ``batch`` against the packed ``experience`` (same structure, dtypes, item shapes,
+    device); return its batch dims and its leaves in tree order.
 
-    This runs on every eager ``add``, where a pytree flatten of a small dict costs about as much
-    as a tensor op: the usual item, a flat dict of tensors, is paired key by key without one, and
-    anything else (or any mismatch, to name the leaf) goes through optree in tree order.
+    ``batch`` leaves must be ``[*batch_dims, *item_shape]`` with the same ``batch_dims`` (of
+    ``batch_ndim`` dims) across leaves. Static checks only (shapes, dtypes), so they are free
+    under ``torch.compile``; leaf paths are worked out only to word an error. This runs on every
+    eager ``add``, where a pytree flatten of a small dict costs about as much as a tensor op: a
+    flat dict item is paired key by key without one.
     """
-    if type(batch) is dict and type(storage) is dict and batch.keys() == storage.keys():
-        s_leaves = list(storage.values())
-        b_leaves = [batch[k] for k in storage]
-        if all(type(x) is torch.Tensor for x in s_leaves):
-            dims = _valid_batch_dims(s_leaves, b_leaves, batch_ndim)
-            if dims is not None:
-                return dims, s_leaves, b_leaves
-    s_leaves, s_spec = optree.tree_flatten(storage, none_is_leaf=False, namespace=_NAMESPACE)
-    b_leaves, b_spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
-    if b_spec != s_spec:
-        s_paths = flatten_with_path(storage)[0]
-        b_paths = flatten_with_path(batch)[0]
-        missing = [path_str(p) for p in s_paths if p not in set(b_paths)]
-        extra = [path_str(p) for p in b_paths if p not in set(s_paths)]
+    layout = layout_of(experience)
+    device = experience[0].device
+    keys = layout.dict_keys
+    if keys is not None and type(batch) is dict and len(batch) == len(keys) and all(k in batch for k in keys):
+        leaves = [batch[k] for k in keys]
+        dims = _valid_batch_dims(layout, device, leaves, batch_ndim)
+        if dims is not None:
+            return dims, leaves
+    leaves, spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
+    if not layout.structure_matches(batch):
+        s_paths = layout.paths
+        b_paths = [path_str(p) for p in flatten_with_path(batch)[0]]
+        missing = [p for p in s_paths if p not in set(b_paths)]
+        extra = [p for p in b_paths if p not in set(s_paths)]
         raise ValueError(
-            f"{name}: expected the tree structure given to init, {s_spec}, got {b_spec} "
+            f"{name}: expected the tree structure given to init, {layout.treespec}, got {spec} "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
-    dims = _valid_batch_dims(s_leaves, b_leaves, batch_ndim)
+    dims = _valid_batch_dims(layout, device, leaves, batch_ndim)
     if dims is None:
-        for i in range(len(b_leaves)):  # the first bad leaf, in tree order
-            if _valid_batch_dims(s_leaves[: i + 1], b_leaves[: i + 1], batch_ndim) is None:
-                _raise_bad_leaf(i, b_leaves[i], s_leaves[i], s_leaves, b_leaves, storage, batch_ndim, name)
+        for i in range(len(leaves)):  # the first bad leaf, in tree order
+            if _valid_batch_dims(layout, device, leaves[: i + 1], batch_ndim) is None:
+                _raise_bad_leaf(i, leaves, layout, device, batch_ndim, name)
     assert dims is not None
-    return dims, s_leaves, b_leaves
+    return dims, leaves
 
 
 def _valid_batch_dims(
-    s_leaves: list[torch.Tensor], b_leaves: list[Any], batch_ndim: int
+    layout: ItemLayout, device: torch.device, leaves: list[Any], batch_ndim: int
 ) -> tuple[int, ...] | None:
-    """The batch dims shared by all ``b_leaves`` if each is a tensor ``[*batch_dims, *item_shape]``
-    of its storage leaf's dtype and device; None otherwise."""
-    first = b_leaves[0]
+    """The batch dims shared by all ``leaves`` if each is a tensor ``[*batch_dims, *item_shape]``
+    of its layout dtype on ``device``; None otherwise (``leaves`` may be a prefix)."""
+    first = leaves[0]
     if not isinstance(first, torch.Tensor) or first.dim() < batch_ndim:
         return None
     dims = tuple(first.shape[:batch_ndim])
     # One shape comparison per leaf covers rank, batch dims and item shape.
-    for leaf, stored in zip(b_leaves, s_leaves, strict=True):
+    for i, leaf in enumerate(leaves):
         if (
             not isinstance(leaf, torch.Tensor)
-            or leaf.dtype is not stored.dtype
-            or leaf.shape != dims + stored.shape[batch_ndim:]
-            or leaf.device != stored.device
+            or leaf.dtype is not layout.dtypes[layout.groups[i]]
+            or leaf.shape != dims + layout.shapes[i]
+            or leaf.device != device
         ):
             return None
     return dims
 
 
 def _raise_bad_leaf(
-    i: int,
-    leaf: Any,
-    stored: torch.Tensor,
-    s_leaves: list,
-    b_leaves: list,
-    storage: Tree,
-    batch_ndim: int,
-    name: str,
+    i: int, leaves: list[Any], layout: ItemLayout, device: torch.device, batch_ndim: int, name: str
 ) -> None:
-    paths = flatten_with_path(storage)[0]
-    where = f"{name}: leaf {path_str(paths[i])}"
+    paths = layout.paths
+    leaf = leaves[i]
+    where = f"{name}: leaf {paths[i]}"
     if not isinstance(leaf, torch.Tensor):
         raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
-    if leaf.dtype != stored.dtype:
-        raise TypeError(f"{where} expected dtype {stored.dtype} (as given to init), got {leaf.dtype}")
-    item_shape = list(stored.shape[batch_ndim:])
-    if leaf.dim() != stored.dim() or leaf.shape[batch_ndim:] != stored.shape[batch_ndim:]:
+    dtype = layout.dtypes[layout.groups[i]]
+    if leaf.dtype != dtype:
+        raise TypeError(f"{where} expected dtype {dtype} (as given to init), got {leaf.dtype}")
+    item_shape = layout.shapes[i]
+    if leaf.dim() != batch_ndim + len(item_shape) or tuple(leaf.shape[batch_ndim:]) != item_shape:
         raise ValueError(
-            f"{where} expected shape [{batch_ndim} leading batch dim(s), *{item_shape}], "
+            f"{where} expected shape [{batch_ndim} leading batch dim(s), *{list(item_shape)}], "
             f"got {list(leaf.shape)}"
         )
-    if leaf.device != stored.device:
-        raise ValueError(f"{where} expected device {stored.device}, got {leaf.device}")
-    first = b_leaves[0]
+    if leaf.device != device:
+        raise ValueError(f"{where} expected device {device}, got {leaf.device}")
     raise ValueError(
         f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
-        f"{path_str(paths[0])} has {list(first.shape[:batch_ndim])}; all leaves must agree"
+        f"{paths[0]} has {list(leaves[0].shape[:batch_ndim])}; all leaves must agree"
     )
 
 
@@ -267,9 +269,11 @@ def tree_map(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
     return optree.tree_map(fn, tree, *rest, none_is_leaf=False, namespace=_NAMESPACE)
 
 
-def write_rows(storage: Tree, index: tuple[torch.Tensor, ...], batch: Tree) -> None:
-    """``storage[index] = batch`` leaf-wise, in place (``index_put_``: has a vmap batching rule)."""
-    tree_map(lambda s, b: s.index_put_(index, b), storage, batch)
+def write_rows(experience: Any, index: tuple[torch.Tensor, ...], groups: list[torch.Tensor]) -> None:
+    """``group[index] = packed`` for each storage group, in place (``index_put_``: has a vmap
+    batching rule); ``groups`` from :func:`~funrl.buffers._storage.pack`."""
+    for stored, new in zip(experience, groups, strict=True):
+        stored.index_put_(index, new)
 
 
 def ring_rows(start: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
@@ -284,8 +288,8 @@ def ring_rows(start: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
     return torch.where(rows >= capacity, rows - capacity, rows)
 
 
-def write_ring_slices(stored: list[torch.Tensor], head: int, new: list[torch.Tensor]) -> None:
-    """Eager twin of ``write_rows`` for one circular storage, on flat leaf lists: rows ``head,
+def write_ring_slices(stored: Sequence[torch.Tensor], head: int, new: Sequence[torch.Tensor]) -> None:
+    """Eager twin of ``write_rows`` for one circular storage, on its groups: rows ``head,
     head + 1, ...`` wrapping at the capacity (``new`` no longer than the storage).
 
     Eager only (``head`` is a Python int read from the state). Slice copies need no index tensor
@@ -301,13 +305,14 @@ def write_ring_slices(stored: list[torch.Tensor], head: int, new: list[torch.Ten
             s[: length - first].copy_(b[first:])
 
 
-def gather_rows(storage: Tree, rows: torch.Tensor) -> Tree:
-    """Rows ``rows`` (``[B]``, each in ``[0, capacity)``) of every leaf.
+def gather_rows(experience: Any, rows: torch.Tensor) -> Tree:
+    """The items at rows ``rows`` (``[B]``, each in ``[0, capacity)``) of a packed storage: leaves
+    ``[B, *item_shape]``, views of one gathered block per dtype.
 
-    ``index_select`` rather than ``leaf[rows]``: the same gather under compile and vmap, and
-    eagerly a few microseconds a leaf where indexing parses an index tuple for about 12.
+    ``index_select`` rather than ``group[rows]``: the same gather under compile and vmap, and
+    eagerly a few microseconds where indexing parses an index tuple for about 12.
     """
-    return tree_map(lambda s: torch.index_select(s, 0, rows), storage)
+    return unpack(layout_of(experience), [torch.index_select(g, 0, rows) for g in experience])
 
 
 def copy_state(state: Tree) -> Tree:

@@ -19,16 +19,15 @@ from funrl.buffers._core import (
     check_batch_leaves,
     check_batch_size,
     check_capacity,
-    check_example,
     check_fresh,
-    flatten_with_path,
     gather_rows,
     in_transform,
+    init_storage,
     ring_rows,
-    storage_zeros,
-    tree_map,
     write_ring_slices,
+    write_rows,
 )
+from funrl.buffers._storage import layout_of, pack
 
 __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 
@@ -36,8 +35,10 @@ __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 class FlatState(NamedTuple):
     """State of a flat buffer.
 
-    experience:    the item pytree with leaves ``[capacity, *item_shape]``; row ``count %
-                   capacity`` is written next.
+    experience:    the packed storage (``PackedItems``: one tensor ``[capacity, width]`` per
+                   dtype, a row per item; ``storage_items(experience)`` gives the item pytree
+                   of views ``[capacity, *item_shape]``); row ``count % capacity`` is written
+                   next.
     count:         int64 scalar, items added so far (the write head is ``count % capacity``,
                    the fill ``min(count, capacity)``).
     storage_count: int64 ``[1]`` shared by every state of this storage, advanced in place by
@@ -56,12 +57,8 @@ class FlatConfig:
 
 
 def _init(config: FlatConfig, example_item: Any) -> FlatState:
-    check_example(example_item)
-    experience = tree_map(
-        lambda x: storage_zeros((config.capacity, *x.shape), x.dtype, x.device), example_item
-    )
-    leaf = flatten_with_path(experience)[1][0]
-    zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
+    experience = init_storage(example_item, (config.capacity,))
+    zero = torch.zeros((), dtype=torch.int64, device=experience[0].device)
     return FlatState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
 
 
@@ -69,24 +66,24 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     """Check ``batch`` and write it at the head in place; returns ``(new_count, start, written)``.
 
     The last ``written = min(B, capacity)`` items of the batch land in rows
-    ``ring_rows(start, written, capacity)``. Traced (compile, vmap) the write is one
-    ``index_put_`` per leaf; eager on one buffer, the head is read once (the stale-state check
-    reads the counters anyway) and each leaf gets at most two slice copies, with no index tensor.
+    ``ring_rows(start, written, capacity)``. The batch is packed (one ``cat`` per dtype); traced
+    (compile, vmap), the write is one ``index_put_`` per dtype group; eager on one buffer, the
+    head is read once (the stale-state check reads the counters anyway) and each group gets at
+    most two slice copies, with no index tensor.
     """
-    (batch_size,), stored, new = check_batch_leaves(batch, state.experience, batch_ndim=1)
+    (batch_size,), leaves = check_batch_leaves(batch, state.experience, batch_ndim=1)
     count = check_fresh(state.count, state.storage_count, "add")
     # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
     skipped = max(0, batch_size - capacity)
     if skipped:
-        new = [x[skipped:] for x in new]
+        leaves = [x[skipped:] for x in leaves]
+    new = pack(layout_of(state.experience), leaves, (batch_size - skipped,))
     start = state.count + skipped if skipped else state.count
     written = batch_size - skipped
     if count is None:  # traced, or stacked states
-        rows = ring_rows(start, written, capacity)
-        for s, b in zip(stored, new, strict=True):
-            s.index_put_((rows,), b)
+        write_rows(state.experience, (ring_rows(start, written, capacity),), new)
     else:
-        write_ring_slices(stored, (count + skipped) % capacity, new)
+        write_ring_slices(state.experience, (count + skipped) % capacity, new)
     new_count = state.count + batch_size
     state.storage_count.copy_(new_count)
     return new_count, start, written
@@ -126,12 +123,12 @@ def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size:
 def flat(capacity: int, min_length: int = 1) -> Buffer:
     """A uniform circular replay buffer of ``capacity`` items.
 
-    ``init(example_item)`` allocates ``[capacity, ...]`` zeros per leaf of one example item (no
-    batch dim). ``add(state, batch)`` takes leaves ``[B, ...]`` and keeps the last ``capacity``
+    ``init(example_item)`` allocates zero storage for ``capacity`` items like ``example_item``
+    (one item, no batch dim), packed: one ``[capacity, width]`` tensor per dtype. ``add(state, batch)`` takes leaves ``[B, ...]`` and keeps the last ``capacity``
     items ever added; it writes in place and returns the state to use from then on (an older
     state raises :class:`~funrl.buffers.StaleStateError` in eager mode). ``sample(state, key,
-    batch_size)`` draws ``batch_size`` stored items uniformly with replacement; ``weights`` are
-    ones. ``can_sample(state)`` is ``count >= min_length``; in eager mode ``sample`` raises
+    batch_size)`` draws ``batch_size`` stored items uniformly with replacement (leaves are views
+    of one gathered block per dtype); ``weights`` are ones. ``can_sample(state)`` is ``count >= min_length``; in eager mode ``sample`` raises
     ``ValueError`` before that.
     """
     check_capacity(capacity, "capacity")
@@ -147,7 +144,7 @@ def flat(capacity: int, min_length: int = 1) -> Buffer:
 
 def items_in_order(state: FlatState) -> Any:
     """The stored items, oldest first (leaves ``[min(count, capacity), ...]``); eager helper."""
-    capacity = flatten_with_path(state.experience)[1][0].shape[0]
+    capacity = state.experience[0].shape[0]
     count = int(state.count)
     filled = min(count, capacity)
     rows = torch.remainder(torch.arange(count - filled, count), capacity)

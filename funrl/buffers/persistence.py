@@ -36,6 +36,7 @@ import torch
 from tensordict import TensorDict
 
 from funrl.buffers._core import check_fresh
+from funrl.buffers._storage import ItemLayout, is_packed, item_example, layout_of, packed_type
 
 __all__ = ["save", "load", "BufferFileError"]
 
@@ -55,6 +56,13 @@ def _encode(node: Any, leaves: list[torch.Tensor], where: str) -> Any:
         return {"leaf": len(leaves) - 1}
     if node is None:
         return {"none": True}
+    if is_packed(node):
+        # The item structure, dtypes and shapes determine the layout: save an example item's.
+        example: list[torch.Tensor] = []
+        item = _encode(item_example(layout_of(node)), example, f"{where}.layout")
+        described = [[str(x.dtype).removeprefix("torch."), list(x.shape)] for x in example]
+        groups = [_encode(g, leaves, f"{where}.group{i}") for i, g in enumerate(node)]
+        return {"packed": {"item": item, "leaves": described}, "groups": groups}
     if isinstance(node, tuple) and hasattr(node, "_fields"):
         cls = type(node)
         fields = [[f, _encode(getattr(node, f), leaves, f"{where}.{f}")] for f in node._fields]
@@ -92,6 +100,8 @@ def _decode(node: Any, leaves: list[torch.Tensor]) -> Any:
         return leaves[node["leaf"]]
     if "none" in node:
         return None
+    if "packed" in node:
+        return _decode_packed(node, leaves)
     if "namedtuple" in node:
         cls = _namedtuple_class(node["namedtuple"])
         return cls(**{f: _decode(v, leaves) for f, v in node["fields"]})
@@ -102,6 +112,29 @@ def _decode(node: Any, leaves: list[torch.Tensor]) -> Any:
     if "tuple" in node:
         return tuple(_decode(v, leaves) for v in node["tuple"])
     raise BufferFileError(f"path: malformed tree structure entry {node!r}")
+
+
+def _decode_packed(node: dict[str, Any], leaves: list[torch.Tensor]) -> Any:
+    try:
+        example = [
+            torch.empty(shape, dtype=_dtype(name), device="meta") for name, shape in node["packed"]["leaves"]
+        ]
+        layout = ItemLayout.of(_decode(node["packed"]["item"], example))
+        groups = [_decode(g, leaves) for g in node["groups"]]
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise BufferFileError(f"path: malformed packed storage entry ({err})") from None
+    if [(g.dtype, g.shape[-1] if g.dim() else None) for g in groups] != list(
+        zip(layout.dtypes, layout.widths, strict=True)
+    ):
+        raise BufferFileError("path: the packed storage's tensors do not match its item layout")
+    return packed_type(layout)(*groups)
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise BufferFileError(f"path: unknown dtype {name!r} in the item layout")
+    return dtype
 
 
 def _checksum(tensor: torch.Tensor) -> str:

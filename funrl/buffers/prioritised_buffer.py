@@ -31,10 +31,10 @@ from funrl.buffers._core import (
     check_example,
     check_fresh,
     flatten_with_path,
+    gather_rows,
     in_transform,
+    init_storage,
     ring_rows,
-    storage_zeros,
-    tree_map,
 )
 from funrl.buffers.flat_buffer import write_items
 from funrl.buffers.trajectory_buffer import (
@@ -66,8 +66,8 @@ class PrioritisedBuffer(NamedTuple):
 class PrioritisedState(NamedTuple):
     """State of a prioritised buffer.
 
-    experience:    item pytree, ``[capacity, ...]`` (flat) or ``[num_envs, max_length, ...]``
-                   (trajectory).
+    experience:    packed storage, as in ``FlatState`` (rows ``[capacity]``) or
+                   ``TrajectoryState`` (rows ``[num_envs, max_length]``).
     count:         int64 scalar, items (flat) or time steps per env (trajectory) added so far.
     storage_count: int64 ``[1]`` shared by every state of this storage (stale-state check).
     sum_tree:      float64 ``[2 * P]`` sum-tree of ``priority ** alpha`` (see ``sum_tree``);
@@ -167,7 +167,7 @@ def prioritised(
 
     def init(example_item: Any) -> PrioritisedState:
         tree, max_priority = _new_priority_fields(example_item, capacity)
-        experience = tree_map(lambda x: storage_zeros((capacity, *x.shape), x.dtype, x.device), example_item)
+        experience = init_storage(example_item, (capacity,))
         zero = torch.zeros((), dtype=torch.int64, device=tree.device)
         return PrioritisedState(experience, zero.clone(), zero.reshape(1).clone(), tree, max_priority)
 
@@ -194,7 +194,7 @@ def prioritised(
         filled = torch.clamp(state.count, min=1, max=capacity)
         uniforms = frandom.uniform(key, (batch_size,), dtype=torch.float64)
         indices = sum_tree.sample_stratified(state.sum_tree, uniforms, filled)
-        items = tree_map(lambda x: x[indices], state.experience)
+        items = gather_rows(state.experience, indices)
         weights = _importance_weights(state.sum_tree, indices, filled, config.beta if beta is None else beta)
         return Sample(items=items, indices=indices, weights=weights)
 

@@ -20,18 +20,16 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
-    check_batch,
+    check_batch_leaves,
     check_batch_size,
     check_capacity,
-    check_example,
     check_fresh,
-    flatten_with_path,
     in_transform,
+    init_storage,
     ring_rows,
-    storage_zeros,
-    tree_map,
     write_rows,
 )
+from funrl.buffers._storage import layout_of, pack, unpack
 
 __all__ = ["TrajectoryState", "TrajectoryConfig", "trajectory"]
 
@@ -39,7 +37,9 @@ __all__ = ["TrajectoryState", "TrajectoryConfig", "trajectory"]
 class TrajectoryState(NamedTuple):
     """State of a trajectory buffer.
 
-    experience:    item pytree, leaves ``[num_envs, max_length, *item_shape]``.
+    experience:    the packed storage (``PackedItems``: one tensor ``[num_envs, max_length,
+                   width]`` per dtype; ``storage_items(experience)`` gives the item pytree of
+                   views ``[num_envs, max_length, *item_shape]``).
     count:         int64 scalar, time steps added per environment so far (write head is
                    ``count % max_length``, the stored steps are ``count - min(count, max_length)
                    .. count - 1`` in time order).
@@ -75,19 +75,14 @@ def check_trajectory_config(config: TrajectoryConfig) -> None:
 
 
 def init_trajectory(config: TrajectoryConfig, example_item: Any) -> TrajectoryState:
-    check_example(example_item)
-    experience = tree_map(
-        lambda x: storage_zeros((config.num_envs, config.max_length, *x.shape), x.dtype, x.device),
-        example_item,
-    )
-    leaf = flatten_with_path(experience)[1][0]
-    zero = torch.zeros((), dtype=torch.int64, device=leaf.device)
+    experience = init_storage(example_item, (config.num_envs, config.max_length))
+    zero = torch.zeros((), dtype=torch.int64, device=experience[0].device)
     return TrajectoryState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
 
 
 def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int) -> tuple[torch.Tensor, int]:
     """Check and write ``batch`` ``[num_envs, T, ...]`` at the head; returns ``(new_count, T)``."""
-    num_envs, steps = check_batch(batch, state.experience, batch_ndim=2)
+    (num_envs, steps), leaves = check_batch_leaves(batch, state.experience, batch_ndim=2)
     if num_envs != config.num_envs:
         raise ValueError(f"batch: expected leading dim num_envs={config.num_envs}, got {num_envs}")
     if steps > max_steps:
@@ -99,7 +94,8 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
     device = state.count.device
     times = ring_rows(state.count, steps, config.max_length)
     envs = torch.arange(num_envs, device=device)
-    write_rows(state.experience, (envs[:, None], times[None, :]), batch)
+    new = pack(layout_of(state.experience), leaves, (num_envs, steps))
+    write_rows(state.experience, (envs[:, None], times[None, :]), new)
     new_count = state.count + steps
     state.storage_count.copy_(new_count)
     return new_count, steps
@@ -127,11 +123,12 @@ def check_can_sample(config: TrajectoryConfig, state: Any, batch_size: int) -> N
 def gather_windows(
     config: TrajectoryConfig, experience: Any, envs: torch.Tensor, starts: torch.Tensor
 ) -> Any:
-    """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``."""
+    """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``
+    (views of one gathered block per dtype)."""
     offsets = torch.arange(config.sequence_length, device=starts.device)
     times = starts[:, None] + offsets[None, :]  # starts < max_length, offsets < L <= max_length
     times = torch.where(times >= config.max_length, times - config.max_length, times)
-    return tree_map(lambda x: x[envs[:, None], times], experience)
+    return unpack(layout_of(experience), [g[envs[:, None], times] for g in experience])
 
 
 def _sample(config: TrajectoryConfig, state: TrajectoryState, key: torch.Tensor, batch_size: int) -> Sample:

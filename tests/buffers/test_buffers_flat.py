@@ -65,7 +65,9 @@ def test_every_sampled_item_was_added_and_is_still_stored(capacity, sizes, seed)
     kept = min(total, capacity)
     assert bool(((ids >= total - kept) & (ids < total)).all())
     # each sampled item is the whole stored row at its index, leaves kept together
-    assert tree.tree_equal(sample.items, tree.map(lambda x: x[sample.indices], state.experience))
+    assert tree.tree_equal(
+        sample.items, tree.map(lambda x: x[sample.indices], fb.storage_items(state.experience))
+    )
     assert tree.tree_equal(sample.items, tree.map(lambda x: x[ids], make_batch(0, total)))
     assert torch.equal(sample.weights, torch.ones(64))
 
@@ -96,10 +98,13 @@ def test_sample_is_pure_and_key_dependent():
 def test_add_costs_one_write_per_item_and_shares_storage():
     buf = fb.flat(8)
     state = buf.init(example_item())
-    storage = state.experience["obs"]
+    storage = fb.storage_items(state.experience)["obs"]
     new = buf.add(state, make_batch(0, 3))
-    # donated: the same storage tensor, written in place, rows beyond the batch untouched
-    assert new.experience["obs"] is storage
+    # donated: the same storage tensors, written in place, rows beyond the batch untouched
+    assert len(new.experience) == 3 and all(
+        a is b for a, b in zip(new.experience, state.experience, strict=True)
+    )
+    assert torch.equal(storage[:3], make_batch(0, 3)["obs"])
     assert torch.equal(storage[3:], torch.zeros(5, 3))
 
 
@@ -295,8 +300,8 @@ def test_large_cpu_storages_ask_for_transparent_huge_pages():
     flags = storage_zeros((HUGE_PAGE_BYTES,), torch.bool)
     assert flags.dtype == torch.bool and not bool(flags.any())
     buf = fb.flat(HUGE_PAGE_BYTES // 12 + 1)  # obs rows of 12 bytes: just over 2 MiB
-    storage = buf.init(example_item()).experience["obs"]
-    assert storage.data_ptr() % HUGE_PAGE_BYTES == 0
+    storage = next(g for g in buf.init(example_item()).experience if g.dtype == torch.float32)  # obs's rows
+    assert storage.dtype == torch.float32 and storage.data_ptr() % HUGE_PAGE_BYTES == 0
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
             mode = f.read()

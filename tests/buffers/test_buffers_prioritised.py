@@ -141,7 +141,7 @@ def test_trajectory_priorities_are_nonzero_exactly_on_valid_windows(
         state = buf.add(state, steps(num_envs, total, size))
         total += size
         # a valid start slot holds a step s with oldest <= s <= total - L
-        slot_steps = state.experience["step"][0]
+        slot_steps = fb.storage_items(state.experience)["step"][0]
         written = torch.arange(max_length) < min(total, max_length)
         valid = written & (slot_steps >= max(0, total - max_length)) & (slot_steps <= total - seq_len)
         leaves = sum_tree.leaf_values(state.sum_tree, torch.arange(num_envs * max_length)).view(num_envs, -1)
@@ -165,7 +165,7 @@ def test_trajectory_update_ignores_windows_invalidated_since_sampling():
     sample = buf.sample(state, frandom.key(0), 8)
     state = buf.add(state, steps(1, 4, 4))  # overwrites slots 4, 5, 0, 1: head at slot 2
     state = buf.update_priorities(state, sample.indices, torch.full((8,), 9.0))
-    slot_steps = state.experience["step"][0]
+    slot_steps = fb.storage_items(state.experience)["step"][0]
     leaves = sum_tree.leaf_values(state.sum_tree, torch.arange(6))
     assert torch.equal(leaves > 0, (slot_steps >= 2) & (slot_steps <= 5))
 

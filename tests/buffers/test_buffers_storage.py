@@ -1,0 +1,191 @@
+"""Packed storage: one tensor per dtype, a row per item; the layout, packing, views, persistence."""
+
+import json
+from typing import NamedTuple
+
+import optree
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funrl.buffers as fb
+from funrl import random as frandom
+from funrl import tree
+from funrl.buffers._storage import ItemLayout, item_example, pack, packed_type, unpack
+from funrl.control import compile as funrl_compile
+
+TRANSITION = {
+    "obs": torch.zeros(17),
+    "action": torch.zeros(6),
+    "reward": torch.zeros(()),
+    "done": torch.zeros((), dtype=torch.bool),
+    "next_obs": torch.zeros(17),
+}
+
+
+class Step(NamedTuple):
+    obs: torch.Tensor
+    extra: tuple
+    note: None
+
+
+STEP = Step(
+    obs=torch.zeros(2, 3),
+    extra=(torch.zeros((), dtype=torch.int64), {"flag": torch.zeros((), dtype=torch.bool)}),
+    note=None,
+)
+
+
+def step_batch(start, size):
+    ids = torch.arange(start, start + size)
+    obs = (ids[:, None, None] * 10 + torch.arange(6).view(1, 2, 3)).float()
+    return Step(obs=obs, extra=(ids, {"flag": ids % 3 == 0}), note=None)
+
+
+def test_a_transition_packs_into_one_float_row_and_one_bool_row():
+    state = fb.flat(10).init(TRANSITION)
+    assert [tuple(g.shape) for g in state.experience] == [(10, 41), (10, 1)]
+    assert [g.dtype for g in state.experience] == [torch.float32, torch.bool]
+    items = fb.storage_items(state.experience)
+    assert {k: tuple(v.shape) for k, v in items.items()} == {k: (10, *v.shape) for k, v in TRANSITION.items()}
+    # the items are views of the packed rows: an add shows through them
+    batch = {
+        k: (torch.ones(3, *v.shape) * (i + 1)).to(v.dtype) for i, (k, v) in enumerate(TRANSITION.items())
+    }
+    state = fb.flat(10).add(state, batch)
+    assert tree.tree_equal(tree.map(lambda x: x[:3], items), batch)
+    assert tree.tree_equal(
+        tree.map(lambda x: x[3:], items),
+        tree.map(lambda x: torch.zeros(7, *x.shape, dtype=x.dtype), TRANSITION),
+    )
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8, torch.bool]
+shapes = st.lists(st.integers(0, 3), max_size=3).map(tuple)
+leaf_specs = st.tuples(st.sampled_from(DTYPES), shapes)
+items_of_specs = st.recursive(
+    leaf_specs,
+    lambda inner: st.one_of(
+        st.dictionaries(st.sampled_from("abcde"), inner, min_size=1, max_size=3),
+        st.lists(inner, min_size=1, max_size=3).map(tuple),
+    ),
+    max_leaves=6,
+)
+
+
+def is_spec(x):
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], torch.dtype)
+
+
+@given(
+    spec=items_of_specs,
+    batch=st.lists(st.integers(1, 3), min_size=1, max_size=2).map(tuple),
+    seed=st.integers(0, 99),
+)
+def test_pack_then_unpack_is_the_identity(spec, batch, seed):
+    gen = torch.Generator().manual_seed(seed)
+
+    def make(s, dims):
+        dtype, shape = s
+        return (torch.randint(0, 2 if dtype is torch.bool else 100, (*dims, *shape), generator=gen)).to(dtype)
+
+    example = optree.tree_map(lambda s: make(s, ()), spec, is_leaf=is_spec)
+    values = optree.tree_map(lambda s: make(s, batch), spec, is_leaf=is_spec)
+    layout = ItemLayout.of(example)
+    leaves = optree.tree_leaves(values, namespace="funrl")
+    groups = pack(layout, leaves, batch)
+    assert [g.dtype for g in groups] == list(layout.dtypes) == list(dict.fromkeys(x.dtype for x in leaves))
+    assert [g.shape for g in groups] == [torch.Size((*batch, w)) for w in layout.widths]
+    assert tree.tree_equal(unpack(layout, groups), values)
+    assert ItemLayout.of(item_example(layout)) == layout
+
+
+def test_equal_layouts_share_one_packed_type_and_states_stack():
+    buf = fb.flat(4)
+    a, b = buf.init(TRANSITION), buf.init(tree.map(torch.ones_like, TRANSITION))
+    assert type(a.experience) is type(b.experience)
+    assert tree.structure(a) == tree.structure(b)
+    other = dict(TRANSITION, done=torch.zeros((), dtype=torch.uint8))
+    assert packed_type(ItemLayout.of(other)) is not type(a.experience)
+    stacked = tree.stack([a, b])  # one buffer per seed
+    assert type(stacked.experience) is type(a.experience)
+    assert stacked.experience.group0.shape == (2, 4, 41)
+
+
+def test_a_sampled_item_is_a_copy_of_its_row():
+    buf = fb.flat(8)
+    batch = {k: torch.randn(8, *v.shape).to(v.dtype) for k, v in TRANSITION.items()}
+    state = buf.add(buf.init(TRANSITION), batch)
+    before = tree.map(torch.clone, fb.storage_items(state.experience))
+    sample = buf.sample(state, frandom.key(0), 5)
+    assert tree.tree_equal(sample.items, tree.map(lambda x: x[sample.indices], batch))
+    sample.items["obs"].add_(1.0)
+    assert tree.tree_equal(fb.storage_items(state.experience), before)
+
+
+def test_example_leaves_on_two_devices_are_refused():
+    with pytest.raises(
+        ValueError, match=r"example_item: leaf item\['b'\] is on meta but leaf item\['a'\] on cpu"
+    ):
+        fb.flat(4).init({"a": torch.zeros(2), "b": torch.zeros(2, device="meta")})
+
+
+def test_a_batch_of_another_structure_names_the_leaves():
+    buf = fb.flat(6)
+    state = buf.init(STEP)
+    wrong = step_batch(0, 2)._replace(extra=(torch.arange(2),))
+    with pytest.raises(ValueError, match=r"missing leaves: \[\"item\[1\]\[1\]\['flag'\]\"\]"):
+        buf.add(state, wrong)
+    with pytest.raises(TypeError, match=r"leaf item\[1\]\[0\] expected dtype torch.int64"):
+        buf.add(
+            state,
+            step_batch(0, 2)._replace(extra=(torch.arange(2.0), {"flag": torch.ones(2, dtype=torch.bool)})),
+        )
+
+
+@pytest.mark.slow
+def test_compiled_add_and_sample_of_a_nested_item_equal_eager():
+    # a NamedTuple item with a tuple, a dict and None: traced code rebuilds it from the skeleton
+    buf = fb.flat(5)
+
+    def step(state, batch, key):
+        state = buf.add(state, batch)
+        return state, buf.sample(state, key, 4)
+
+    compiled = funrl_compile(step)
+    eager = buf.init(STEP)
+    mine = fb.copy_state(eager)
+    for start in (0, 3, 6):
+        eager, eager_sample = step(eager, step_batch(start, 3), frandom.key(start))
+        mine, mine_sample = compiled(mine, step_batch(start, 3), frandom.key(start))
+        assert tree.tree_equal(mine, eager)
+        assert tree.tree_equal(mine_sample, eager_sample)
+        assert type(mine_sample.items) is Step and mine_sample.items.note is None
+    assert tree.tree_equal(
+        mine_sample.items, tree.map(lambda x: x[mine_sample.indices], fb.storage_items(mine.experience))
+    )
+    # traced, the structure check compares leaf paths: a renamed leaf is refused while tracing
+    renamed = step_batch(0, 3)._replace(extra=(torch.arange(3), {"flog": torch.ones(3, dtype=torch.bool)}))
+    with pytest.raises(Exception, match=r"missing leaves: .*flag.*unexpected leaves: .*flog"):
+        funrl_compile(buf.add)(mine, renamed)
+
+
+def test_a_saved_layout_that_does_not_match_its_tensors_is_refused(tmp_path):
+    buf = fb.flat(4)
+    state = buf.add(buf.init(STEP), step_batch(0, 3))
+    fb.save(state, tmp_path / "ok")
+    assert tree.tree_equal(fb.load(tmp_path / "ok"), state)
+    meta_file = tmp_path / "ok" / "funrl_buffer.json"
+    meta = json.loads(meta_file.read_text())
+    packed = meta["spec"]["fields"][0][1]["packed"]
+    for dtype, error in (
+        ("float64", "do not match its item layout"),
+        ("nonsense", "unknown dtype 'nonsense'"),
+    ):
+        broken = json.loads(json.dumps(meta))
+        broken["spec"]["fields"][0][1]["packed"]["leaves"][0][0] = dtype
+        assert packed["leaves"][0][0] == "float32"  # obs, the first leaf in tree order
+        meta_file.write_text(json.dumps(broken))
+        with pytest.raises(fb.BufferFileError, match=error):
+            fb.load(tmp_path / "ok")
