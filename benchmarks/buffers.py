@@ -67,11 +67,16 @@ BATCH = 256
 # call would gather the same rows, which then sit in cache, while the plain ring and TorchRL draw
 # fresh rows on every call. 4096 keys of 256 rows (~0.5 GB of rows) outrun the caches.
 KEY_POOL = 4096
+# Every pool has its own seed: a contestant that reused another's keys would sample rows the other
+# had just pulled into the cache (this machine's last-level cache is 260 MB, as big as the rows a
+# packed 1e7 storage gives a whole timing run).
+_POOL_SEEDS = itertools.count()
 
 
 def key_pool(device: torch.device, per_call: int = 1) -> Callable[[], torch.Tensor]:
-    """A function returning the next key (``[2]``, or ``[per_call, 2]`` when ``per_call > 1``)."""
-    keys = frandom.split(frandom.key(0), KEY_POOL * per_call).to(device)
+    """A function returning the next key (``[2]``, or ``[per_call, 2]`` when ``per_call > 1``),
+    from a pool no other call of this function shares."""
+    keys = frandom.split(frandom.key(next(_POOL_SEEDS)), KEY_POOL * per_call).to(device)
     if per_call > 1:
         keys = keys.reshape(KEY_POOL, per_call, 2)
     pool = itertools.cycle([k.clone() for k in keys])  # separate tensors: no views, no re-guarding
@@ -341,8 +346,12 @@ def flashbax_rows(result: dict, capacity: int) -> list:
     ]
 
 
-def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[[], None], int, list]:
-    """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``."""
+def _sample_call(
+    name: str, capacity: int, device: torch.device, funrl_states: dict
+) -> tuple[Callable[[], None], int, list]:
+    """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``.
+    The funrl contestants only sample, so they share one filled state per capacity
+    (``funrl_states``), each with its own keys."""
     fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
     n_fill = -(-capacity // FILL_CHUNK)
     if name.startswith("plain ring"):
@@ -350,12 +359,24 @@ def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callab
         for _ in range(n_fill):
             ring.add(fill)
         return (lambda: ring.sample(BATCH)), 1, [ring]
+    if name == "torchrl ReplayBuffer":
+        from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+        rb = ReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
+        td_fill = fb.to_tensordict(fill)
+        for _ in range(n_fill):
+            rb.extend(td_fill)
+        return (lambda: rb.sample()), 1, [rb]
     buf = fb.flat(capacity)
-    state = buf.init(example_item(device))
-    for _ in range(n_fill):
-        state = buf.add(state, fill)
-    if name == "funrl compiled":
-        sample, next_key = fcompile(buf.sample, dynamic=False), key_pool(device)
+    if capacity not in funrl_states:
+        state = buf.init(example_item(device))
+        for _ in range(n_fill):
+            state = buf.add(state, fill)
+        funrl_states[capacity] = state
+    state = funrl_states[capacity]
+    if name in ("funrl eager", "funrl compiled"):
+        sample = buf.sample if name == "funrl eager" else fcompile(buf.sample, dynamic=False)
+        next_key = key_pool(device)
         return (lambda: sample(state, next_key(), BATCH)), 1, [state]
     several = fcompile(torch.func.vmap(buf.sample, in_dims=(None, 0, None)), dynamic=False)
     next_keys = key_pool(device, PER_CALL)
@@ -363,31 +384,38 @@ def _sample_call(name: str, capacity: int, device: torch.device) -> tuple[Callab
 
 
 def bench_scaling(small: int, large: int, device: torch.device, args: argparse.Namespace) -> list:
-    """Sample time at ``large`` and ``small`` capacity with both storages alive, timed in turn
-    repeat by repeat, so that load drifting over a long run does not fall on one capacity only."""
-    out = []
-    for name in (
+    """Sample time at ``large`` and ``small`` capacity, every contestant's storages alive and all
+    timed in turn repeat by repeat, so that load drifting over a long run falls on every
+    contestant and capacity alike. TorchRL's row gives the sample-throughput ratio against it on
+    the same footing."""
+    names = [
+        "funrl eager",
         "funrl compiled",
         f"funrl compiled, {PER_CALL} per call",
         "plain ring",
         "plain ring, huge pages",
-    ):
-        (call_small, per_call, keep_small), (call_large, _, keep_large) = (
-            _sample_call(name, small, device),
-            _sample_call(name, large, device),
-        )
-        call_small()  # compile both before timing
-        call_large()
-        times: dict[int, list[tuple[float, float]]] = {small: [], large: []}
-        for _ in range(args.repeats):
-            times[small].append(time_call(call_small, device, args.iters, 1))
-            times[large].append(time_call(call_large, device, args.iters, 1))
+    ]
+    if not args.no_torchrl:
+        names.append("torchrl ReplayBuffer")
+    funrl_states: dict = {}
+    calls = {}
+    for name in names:
+        for capacity in (small, large):
+            calls[name, capacity] = _sample_call(name, capacity, device, funrl_states)
+            calls[name, capacity][0]()  # compile before timing
+    times: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in calls}
+    for _ in range(args.repeats):
+        for k, (call, _, _) in calls.items():
+            times[k].append(time_call(call, device, args.iters, 1))
+    out = []
+    for name in names:
         medians = {
-            c: tuple(statistics.median(t[i] for t in times[c]) / per_call for i in (0, 1)) for c in times
+            c: tuple(statistics.median(t[i] for t in times[name, c]) / calls[name, c][1] for i in (0, 1))
+            for c in (small, large)
         }
         out.append((name, medians[small], medians[large]))
-        del keep_small, keep_large
-        gc.collect()
+    calls = funrl_states = None
+    gc.collect()
     return out
 
 
@@ -631,7 +659,7 @@ def main() -> None:
     if not args.no_scaling:
         caps = sorted(int(c) for c in args.capacities.split(","))
         small, large = caps[0], caps[-1]
-        print(f"\nsample 256 at {large:.0e} against {small:.0e}, both alive, timed in turn:\n")
+        print(f"\nsample 256 at {large:.0e} against {small:.0e}, all alive, all timed in turn:\n")
         print(f"| buffer | {small:.0e} (µs) | CPU | {large:.0e} (µs) | CPU | ratio wall | ratio CPU |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for name, (w_s, c_s), (w_l, c_l) in bench_scaling(small, large, device, args):
