@@ -185,10 +185,12 @@ def prioritised(
         state: PrioritisedState, key: torch.Tensor, batch_size: int, beta: float | torch.Tensor | None = None
     ) -> Sample:
         check_batch_size(batch_size)
-        check_fresh(state.count, state.storage_count, "sample")
-        if not in_transform() and not bool(can_sample(state)):
+        count = check_fresh(state.count, state.storage_count, "sample")
+        if count is None and not in_transform():  # stacked states outside vmap: int() names the problem
+            count = int(state.count)
+        if count is not None and count < min_length:
             raise ValueError(
-                f"sample: the buffer holds {int(state.count)} items, fewer than min_length="
+                f"sample: the buffer holds {count} items, fewer than min_length="
                 f"{min_length}; check can_sample(state) before sampling"
             )
         filled = torch.clamp(state.count, min=1, max=capacity)

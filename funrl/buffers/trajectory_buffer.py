@@ -112,10 +112,12 @@ def _can_sample(config: TrajectoryConfig, state: Any) -> torch.Tensor:
 
 def check_can_sample(config: TrajectoryConfig, state: Any, batch_size: int) -> None:
     check_batch_size(batch_size)
-    check_fresh(state.count, state.storage_count, "sample")
-    if not in_transform() and not bool(_can_sample(config, state)):
+    count = check_fresh(state.count, state.storage_count, "sample")
+    if count is None and not in_transform():  # stacked states outside vmap: int() names the problem
+        count = int(state.count)
+    if count is not None and count < config.min_length:
         raise ValueError(
-            f"sample: the buffer holds {int(state.count)} time steps per environment, fewer than "
+            f"sample: the buffer holds {count} time steps per environment, fewer than "
             f"min_length={config.min_length}; check can_sample(state) before sampling"
         )
 
