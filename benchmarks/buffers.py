@@ -476,24 +476,12 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
         presorted = idx.sort(dim=-1).values
         cases = {"packed: all groups": (gather_all, packed, idx, list(packed.values()))}
         cases.update({f"packed: {k}": (one_tensor, v, idx, [v]) for k, v in packed.items()})
-        cases["packed: all groups, rows given sorted (sort not timed, drawn order lost)"] = (
-            gather_all,
-            packed,
-            presorted,
-            list(packed.values()),
-        )
-        cases["packed: all groups, sorted in the call (drawn order lost)"] = (
-            sorted_in_call,
-            packed,
-            idx,
-            list(packed.values()),
-        )
-        cases["packed: all groups, sorted in the call, drawn order restored"] = (
-            sorted_restored,
-            packed,
-            idx,
-            list(packed.values()),
-        )
+        for what, fn, rows in (
+            ("rows given sorted (sort not timed, drawn order lost)", gather_all, presorted),
+            ("sorted in the call (drawn order lost)", sorted_in_call, idx),
+            ("sorted in the call, drawn order restored", sorted_restored, idx),
+        ):
+            cases[f"packed: all groups, {what}"] = (fn, packed, rows, list(packed.values()))
         cases["leaf by leaf (one tensor per leaf): all leaves"] = (
             gather_all,
             leafwise,
