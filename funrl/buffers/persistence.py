@@ -40,7 +40,9 @@ from funrl.buffers._storage import ItemLayout, is_packed, item_example, layout_o
 
 __all__ = ["save", "load", "BufferFileError"]
 
-FORMAT = "funrl.buffers/1"
+FORMAT = "funrl.buffers/2"
+"""Format 2 stores packed storage (one tensor per dtype, with its item layout); format 1, one
+tensor per leaf, is refused with a clear error rather than loaded into a state ``add`` rejects."""
 _META = "funrl_buffer.json"
 _TENSORS = "tensors"
 _CHUNK = 1 << 26  # 64 MiB per hashing step: bounded memory for memory-mapped leaves
@@ -214,7 +216,12 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
         raise BufferFileError(f"path: {meta_file} is corrupted ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise BufferFileError(f"path: {meta_file} has format {found!r}, expected {FORMAT!r}")
+        hint = (
+            " (written by an earlier funrl, one tensor per leaf; save it again)"
+            if found == "funrl.buffers/1"
+            else ""
+        )
+        raise BufferFileError(f"path: {meta_file} has format {found!r}, expected {FORMAT!r}{hint}")
     expected = meta["leaves"]
     for i, info in enumerate(expected):
         file = root / _TENSORS / f"{i}.memmap"

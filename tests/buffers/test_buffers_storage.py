@@ -189,3 +189,13 @@ def test_a_saved_layout_that_does_not_match_its_tensors_is_refused(tmp_path):
         meta_file.write_text(json.dumps(broken))
         with pytest.raises(fb.BufferFileError, match=error):
             fb.load(tmp_path / "ok")
+
+
+def test_a_buffer_saved_leaf_by_leaf_is_refused_by_name(tmp_path):
+    fb.save(fb.flat(4).init(TRANSITION), tmp_path / "old")
+    meta_file = tmp_path / "old" / "funrl_buffer.json"
+    meta = json.loads(meta_file.read_text())
+    meta["format"] = "funrl.buffers/1"
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(fb.BufferFileError, match="written by an earlier funrl, one tensor per leaf"):
+        fb.load(tmp_path / "old")
