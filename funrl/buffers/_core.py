@@ -297,12 +297,12 @@ def write_ring_slices(stored: Sequence[torch.Tensor], head: int, new: Sequence[t
     """
     length = new[0].shape[0]
     first = min(length, stored[0].shape[0] - head)
-    for s, b in zip(stored, new, strict=True):
+    for s, b in zip(stored, new, strict=True):  # narrow: cheaper eagerly than slicing syntax
         if first == length:
-            s[head : head + length].copy_(b)
+            s.narrow(0, head, length).copy_(b)
         else:  # wraps: the rest goes to the front
-            s[head:].copy_(b[:first])
-            s[: length - first].copy_(b[first:])
+            s.narrow(0, head, first).copy_(b.narrow(0, 0, first))
+            s.narrow(0, 0, length - first).copy_(b.narrow(0, first, length - first))
 
 
 def gather_rows(experience: Any, rows: torch.Tensor) -> Tree:

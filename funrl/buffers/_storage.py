@@ -140,13 +140,32 @@ def is_packed(node: Any) -> bool:
     return isinstance(getattr(type(node), "layout", None), ItemLayout)
 
 
+def _group_parts(
+    layout: ItemLayout, leaves: list[torch.Tensor], batch_dims: tuple[int, ...]
+) -> list[list[torch.Tensor]]:
+    """Per group, its leaves as ``[*batch_dims, leaf width]`` (views)."""
+    parts: list[list[torch.Tensor]] = [[] for _ in layout.dtypes]
+    for i, leaf in enumerate(leaves):
+        # a 1-d item shape is already [*batch_dims, width]: no view op (each costs ~1 µs eagerly)
+        ok = len(layout.shapes[i]) == 1
+        parts[layout.groups[i]].append(leaf if ok else leaf.reshape(*batch_dims, layout.leaf_widths[i]))
+    return parts
+
+
 def pack(layout: ItemLayout, leaves: list[torch.Tensor], batch_dims: tuple[int, ...]) -> list[torch.Tensor]:
     """The group tensors ``[*batch_dims, width]`` of a batch given as flat ``leaves`` (tree order);
     a group of one leaf is a view of it, otherwise one ``cat``."""
-    parts: list[list[torch.Tensor]] = [[] for _ in layout.dtypes]
-    for i, leaf in enumerate(leaves):
-        parts[layout.groups[i]].append(leaf.reshape(*batch_dims, layout.leaf_widths[i]))
-    return [p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in parts]
+    return [p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in _group_parts(layout, leaves, batch_dims)]
+
+
+def pack_into(layout: ItemLayout, leaves: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    """:func:`pack` written straight into ``outs`` (contiguous ``[B, width]`` per group, e.g. storage
+    rows): the eager add's write, with no packed copy of the batch in between."""
+    for out, p in zip(outs, _group_parts(layout, leaves, tuple(outs[0].shape[:-1])), strict=True):
+        if len(p) == 1:
+            out.copy_(p[0])
+        else:
+            torch.cat(p, dim=-1, out=out)
 
 
 def unpack(layout: ItemLayout, groups: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> Tree:

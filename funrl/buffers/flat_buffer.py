@@ -27,7 +27,7 @@ from funrl.buffers._core import (
     write_ring_slices,
     write_rows,
 )
-from funrl.buffers._storage import layout_of, pack
+from funrl.buffers._storage import layout_of, pack, pack_into
 
 __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 
@@ -66,10 +66,11 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     """Check ``batch`` and write it at the head in place; returns ``(new_count, start, written)``.
 
     The last ``written = min(B, capacity)`` items of the batch land in rows
-    ``ring_rows(start, written, capacity)``. The batch is packed (one ``cat`` per dtype); traced
-    (compile, vmap), the write is one ``index_put_`` per dtype group; eager on one buffer, the
-    head is read once (the stale-state check reads the counters anyway) and each group gets at
-    most two slice copies, with no index tensor.
+    ``ring_rows(start, written, capacity)``. Traced (compile, vmap), the batch is packed (one
+    ``cat`` per dtype) and written with one ``index_put_`` per dtype group. Eager on one buffer,
+    the head is read once (the stale-state check reads the counters anyway) and each group's rows
+    are written in place with no index tensor: by one ``cat`` straight into them, or, where the
+    rows wrap around, packed and copied in two slices.
     """
     (batch_size,), leaves = check_batch_leaves(batch, state.experience, batch_ndim=1)
     count = check_fresh(state.count, state.storage_count, "add")
@@ -77,13 +78,15 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     skipped = max(0, batch_size - capacity)
     if skipped:
         leaves = [x[skipped:] for x in leaves]
-    new = pack(layout_of(state.experience), leaves, (batch_size - skipped,))
+    layout = layout_of(state.experience)
     start = state.count + skipped if skipped else state.count
     written = batch_size - skipped
     if count is None:  # traced, or stacked states
-        write_rows(state.experience, (ring_rows(start, written, capacity),), new)
+        write_rows(state.experience, (ring_rows(start, written, capacity),), pack(layout, leaves, (written,)))
+    elif (head := (count + skipped) % capacity) + written <= capacity:  # eager, no wrap: into the rows
+        pack_into(layout, leaves, [g.narrow(0, head, written) for g in state.experience])
     else:
-        write_ring_slices(state.experience, (count + skipped) % capacity, new)
+        write_ring_slices(state.experience, head, pack(layout, leaves, (written,)))
     new_count = state.count + batch_size
     state.storage_count.copy_(new_count)
     return new_count, start, written
