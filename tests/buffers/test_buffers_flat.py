@@ -6,6 +6,7 @@ from unittest import mock
 
 import pytest
 import torch
+from buffer_checks import compiled_add_and_sample_equal_eager
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.func import vmap
@@ -14,7 +15,6 @@ import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
 from funrl.buffers._core import HUGE_PAGE_BYTES, ring_rows, storage_zeros, write_ring_slices
-from funrl.control import compile as funrl_compile
 
 
 def example_item():
@@ -211,19 +211,8 @@ def test_vmap_over_buffer_states_equals_a_loop(sizes, seed):
 @pytest.mark.slow
 def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
     buf = fb.flat(6)
-
-    def step(state, batch, key):  # one graph for both: compile time is the cost here
-        state = buf.add(state, batch)
-        return state, buf.sample(state, key, 5)
-
-    compiled = funrl_compile(step)
-    eager, _ = fill(buf, [])
-    mine = fb.copy_state(eager)
-    for start in (0, 4, 8, 12):  # wraps around twice
-        eager, eager_sample = step(eager, make_batch(start, 4), frandom.key(start))
-        mine, mine_sample = compiled(mine, make_batch(start, 4), frandom.key(start))
-        assert tree.tree_equal(mine, eager)
-        assert tree.tree_equal(mine_sample, eager_sample)
+    steps = [(make_batch(start, 4), frandom.key(start)) for start in (0, 4, 8, 12)]  # wraps twice
+    mine, _ = compiled_add_and_sample_equal_eager(buf, fill(buf, [])[0], steps, 5)
     with pytest.raises(fb.StaleStateError):  # the compiled add advanced the shared counter
         buf.add(fb.FlatState(mine.experience, mine.count - 4, mine.storage_count), make_batch(0, 4))
 

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import optree
 import pytest
 import torch
+from buffer_checks import compiled_add_and_sample_equal_eager
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -148,20 +149,9 @@ def test_a_batch_of_another_structure_names_the_leaves():
 def test_compiled_add_and_sample_of_a_nested_item_equal_eager():
     # a NamedTuple item with a tuple, a dict and None: traced code rebuilds it from the skeleton
     buf = fb.flat(5)
-
-    def step(state, batch, key):
-        state = buf.add(state, batch)
-        return state, buf.sample(state, key, 4)
-
-    compiled = funrl_compile(step)
-    eager = buf.init(STEP)
-    mine = fb.copy_state(eager)
-    for start in (0, 3, 6):
-        eager, eager_sample = step(eager, step_batch(start, 3), frandom.key(start))
-        mine, mine_sample = compiled(mine, step_batch(start, 3), frandom.key(start))
-        assert tree.tree_equal(mine, eager)
-        assert tree.tree_equal(mine_sample, eager_sample)
-        assert type(mine_sample.items) is Step and mine_sample.items.note is None
+    added = [(step_batch(start, 3), frandom.key(start)) for start in (0, 3, 6)]
+    mine, mine_sample = compiled_add_and_sample_equal_eager(buf, buf.init(STEP), added, 4)
+    assert type(mine_sample.items) is Step and mine_sample.items.note is None
     assert tree.tree_equal(
         mine_sample.items, tree.map(lambda x: x[mine_sample.indices], fb.storage_items(mine.experience))
     )

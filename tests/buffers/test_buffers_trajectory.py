@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from buffer_checks import compiled_add_and_sample_equal_eager
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.func import vmap
@@ -9,7 +10,6 @@ from torch.func import vmap
 import funrl.buffers as fb
 from funrl import random as frandom
 from funrl import tree
-from funrl.control import compile as funrl_compile
 
 EXAMPLE = {
     "step": torch.zeros((), dtype=torch.int64),
@@ -129,17 +129,5 @@ def test_vmap_over_buffer_states_equals_a_loop():
 @pytest.mark.slow
 def test_compiled_add_and_sample_equal_eager_without_graph_breaks():
     buf = fb.trajectory(2, 7, 3)
-
-    def step(state, batch, key):
-        state = buf.add(state, batch)
-        return state, buf.sample(state, key, 5)
-
-    compiled = funrl_compile(step)
-    eager = buf.init(EXAMPLE)
-    mine = fb.copy_state(eager)
-    for i in range(4):  # 12 steps into 7 slots: wraps around
-        batch = steps(2, 3 * i, 3)
-        eager, eager_sample = step(eager, batch, frandom.key(i))
-        mine, mine_sample = compiled(mine, batch, frandom.key(i))
-        assert tree.tree_equal(mine, eager)
-        assert tree.tree_equal(mine_sample, eager_sample)
+    added = [(steps(2, 3 * i, 3), frandom.key(i)) for i in range(4)]  # 12 steps into 7 slots: wraps
+    compiled_add_and_sample_equal_eager(buf, buf.init(EXAMPLE), added, 5)
