@@ -123,10 +123,20 @@ def packed_type(layout: ItemLayout) -> type:
         fields = [f"group{g}" for g in range(len(layout.dtypes))]
         base = collections.namedtuple("PackedItems", fields)  # noqa: PYI024 - fields vary per layout
         doc = "Packed item storage: one tensor ``[*storage_dims, width]`` per dtype (see ``layout``)."
-        made = type("PackedItems", (base,), {"__slots__": (), "layout": layout, "__doc__": doc})
+        namespace = {"__slots__": (), "layout": layout, "__doc__": doc, "__reduce__": _reduce_packed}
+        made = type("PackedItems", (base,), namespace)
         made.__module__ = __name__
         cls = _TYPES.setdefault(layout, made)
     return cls
+
+
+def _reduce_packed(packed: Any) -> tuple[Any, tuple[Any, ...]]:
+    # The classes are made at run time, so pickle cannot find them by name: rebuild from the layout.
+    return _rebuild_packed, (type(packed).layout, tuple(packed))
+
+
+def _rebuild_packed(layout: ItemLayout, groups: tuple[torch.Tensor, ...]) -> Any:
+    return packed_type(layout)(*groups)
 
 
 def layout_of(packed: Any) -> ItemLayout:

@@ -1,6 +1,8 @@
 """Packed storage: one tensor per dtype, a row per item; the layout, packing, views, persistence."""
 
+import copy
 import json
+import pickle
 from typing import NamedTuple
 
 import optree
@@ -189,3 +191,13 @@ def test_a_buffer_saved_leaf_by_leaf_is_refused_by_name(tmp_path):
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(fb.BufferFileError, match="written by an earlier funrl, one tensor per leaf"):
         fb.load(tmp_path / "old")
+
+
+def test_a_state_pickles_and_copies_into_the_same_packed_type(tmp_path):
+    buf = fb.flat(4)
+    state = buf.add(buf.init(STEP), step_batch(0, 3))
+    for again in (pickle.loads(pickle.dumps(state)), copy.deepcopy(state)):
+        assert type(again.experience) is type(state.experience)
+        assert tree.tree_equal(again, state)
+    torch.save(state, tmp_path / "state.pt")  # torch.save pickles too (loading needs weights_only=False)
+    assert tree.tree_equal(torch.load(tmp_path / "state.pt", weights_only=False), state)
