@@ -2,9 +2,9 @@
 
 Donation rule (all buffers)
 ---------------------------
-``add`` writes the new items into the storage tensors of the state it is given, in place (an
-``index_put_`` over the written rows when traced, slice copies in eager mode: O(batch), not
-O(capacity)), and returns
+``add`` writes the new items into the storage tensors of the state it is given (packed: one
+tensor per dtype, see ``_storage``), in place (an ``index_put_`` over the written rows when
+traced, writes into row slices in eager mode: O(batch), not O(capacity)), and returns
 the state to use from then on. The storage is shared by every state derived from the same
 ``init``, so an older state would see rows it does not account for. To make that loud rather than
 silent, each state carries ``count`` (items written so far, a fresh scalar per state) and
@@ -53,7 +53,7 @@ class Sample(NamedTuple):
     """What ``sample`` returns.
 
     items:   the sampled pytree, leaves ``[batch_size, ...]`` (``[batch_size, L, ...]`` for
-             trajectory buffers).
+             trajectory buffers); leaves of one dtype are views of one gathered block.
     indices: int64 ``[batch_size]``, the storage positions sampled (what ``update_priorities``
              takes).
     weights: float32 ``[batch_size]``, importance weights (all ones for uniform buffers).
