@@ -190,14 +190,20 @@ def check_batch_leaves(
         dims = _valid_batch_dims(layout, device, leaves, batch_ndim)
         if dims is not None:
             return dims, leaves
-    leaves, spec = optree.tree_flatten(batch, none_is_leaf=False, namespace=_NAMESPACE)
-    if not layout.structure_matches(batch):
+    leaves, matches = layout.flatten(batch)
+    if not matches:
         s_paths = layout.paths
         b_paths = [path_str(p) for p in flatten_with_path(batch)[0]]
         missing = [p for p in s_paths if p not in set(b_paths)]
         extra = [p for p in b_paths if p not in set(s_paths)]
+        # The specs only eagerly: traced, a PyTreeSpec made outside the trace prints as dynamo's wrapper.
+        specs = (
+            ""
+            if torch.compiler.is_compiling()
+            else f", {layout.treespec}, got {optree.tree_structure(batch, none_is_leaf=False, namespace=_NAMESPACE)}"
+        )
         raise ValueError(
-            f"{name}: expected the tree structure given to init, {layout.treespec}, got {spec} "
+            f"{name}: expected the tree structure given to init{specs} "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
     dims = _valid_batch_dims(layout, device, leaves, batch_ndim)

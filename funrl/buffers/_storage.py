@@ -103,14 +103,16 @@ class ItemLayout:
     def paths(self) -> list[str]:
         return [path_str(p) for p in self.leaf_paths]
 
-    def structure_matches(self, tree: Tree) -> bool:
-        """Whether ``tree`` has the item's structure (under ``torch.compile``: its leaf paths)."""
+    def flatten(self, tree: Tree) -> tuple[list[Any], bool]:
+        """``tree``'s leaves in tree order, and whether it has the item's structure (one flatten;
+        under ``torch.compile`` the structure is compared by leaf paths)."""
         if not torch.compiler.is_compiling():
-            return optree.tree_structure(tree, none_is_leaf=False, namespace=NAMESPACE) == self.treespec
+            leaves, spec = optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+            return leaves, spec == self.treespec
         # Dynamo can neither use a PyTreeSpec made outside the trace nor flatten a container made
         # inside it; it flattens the traced batch with paths, and paths are plain tuples.
-        paths = optree.tree_flatten_with_path(tree, none_is_leaf=False, namespace=NAMESPACE)[0]
-        return tuple(paths) == self.leaf_paths
+        paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False, namespace=NAMESPACE)
+        return leaves, tuple(paths) == self.leaf_paths
 
 
 _TYPES: dict[ItemLayout, type] = {}
@@ -194,6 +196,11 @@ def unpack(layout: ItemLayout, groups: list[torch.Tensor] | tuple[torch.Tensor, 
             leaves[i] = (
                 piece.squeeze(-1) if not shape else piece if len(shape) == 1 else piece.unflatten(-1, shape)
             )
+    return _rebuild(layout, leaves)
+
+
+def _rebuild(layout: ItemLayout, leaves: list[Any]) -> Tree:
+    """The item of ``layout``'s structure holding ``leaves`` (tree order); traceable."""
     if layout.dict_order is not None:
         return {k: leaves[i] for k, i in layout.dict_order}
     return optree.tree_map(lambda i: leaves[i], layout.skeleton, none_is_leaf=False, namespace=NAMESPACE)
@@ -206,7 +213,7 @@ def item_example(layout: ItemLayout) -> Tree:
         torch.empty(shape, dtype=layout.dtypes[g], device="meta")
         for g, shape in zip(layout.groups, layout.shapes, strict=True)
     ]
-    return optree.tree_map(lambda i: leaves[i], layout.skeleton, none_is_leaf=False, namespace=NAMESPACE)
+    return _rebuild(layout, leaves)
 
 
 def storage_items(packed: Any) -> Tree:

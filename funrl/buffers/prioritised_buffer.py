@@ -28,9 +28,7 @@ from funrl.buffers._core import (
     Sample,
     check_batch_size,
     check_capacity,
-    check_example,
     check_fresh,
-    flatten_with_path,
     gather_rows,
     in_transform,
     init_storage,
@@ -140,9 +138,9 @@ def _set_priorities(
     return state
 
 
-def _new_priority_fields(example_item: Any, num_leaves: int) -> tuple[torch.Tensor, torch.Tensor]:
-    check_example(example_item)
-    device = flatten_with_path(example_item)[1][0].device
+def _new_priority_fields(experience: Any, num_leaves: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sum-tree and max-priority cell, on the device of the (checked, allocated) storage."""
+    device = experience[0].device
     return sum_tree.init(num_leaves, device), torch.ones(1, dtype=torch.float64, device=device)
 
 
@@ -166,8 +164,8 @@ def prioritised(
     config = PrioritisedConfig(alpha=float(alpha), beta=float(beta))
 
     def init(example_item: Any) -> PrioritisedState:
-        tree, max_priority = _new_priority_fields(example_item, capacity)
         experience = init_storage(example_item, (capacity,))
+        tree, max_priority = _new_priority_fields(experience, capacity)
         zero = torch.zeros((), dtype=torch.int64, device=tree.device)
         return PrioritisedState(experience, zero.clone(), zero.reshape(1).clone(), tree, max_priority)
 
@@ -246,8 +244,8 @@ def prioritised_trajectory(
     max_add = max_length - sequence_length + 1
 
     def init(example_item: Any) -> PrioritisedState:
-        tree, max_priority = _new_priority_fields(example_item, num_leaves)
         base = init_trajectory(config, example_item)
+        tree, max_priority = _new_priority_fields(base.experience, num_leaves)
         return PrioritisedState(base.experience, base.count, base.storage_count, tree, max_priority)
 
     def valid_logical(logical: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
