@@ -130,6 +130,12 @@ def make_batch(size: int, device: torch.device, seed: int = 0) -> dict[str, torc
 FILL_CHUNK = 1 << 16
 
 
+def fill_plan(capacity: int, device: torch.device) -> tuple[dict[str, torch.Tensor], int]:
+    """The batch that fills a buffer of ``capacity`` (filled buffers wrap on add and sample from
+    the whole storage) and how many times to add it."""
+    return make_batch(min(capacity, FILL_CHUNK), device, seed=2), -(-capacity // FILL_CHUNK)
+
+
 class PlainRing:
     """Preallocated storage, Python-int write pointer, index_copy_ writes: the floor."""
 
@@ -239,8 +245,7 @@ def bench_head_to_head(capacity: int, device: torch.device, args: argparse.Names
         assert peer.stdout is not None and peer.stdin is not None
         json.loads(peer.stdout.readline())  # every kind filled and compiled
         batch = make_batch(BATCH, device, seed=1)
-        fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
-        n_fill = -(-capacity // FILL_CHUNK)
+        fill, n_fill = fill_plan(capacity, device)
         buf = fb.flat(capacity)
         ours = {
             name: _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device)
@@ -271,8 +276,7 @@ def bench_head_to_head(capacity: int, device: torch.device, args: argparse.Names
 
 def bench_capacity(capacity: int, device: torch.device, args: argparse.Namespace, rows: list) -> None:
     batch = make_batch(BATCH, device, seed=1)
-    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
-    n_fill = -(-capacity // FILL_CHUNK)
+    fill, n_fill = fill_plan(capacity, device)
 
     # funrl eager and compiled share one buffer definition; each has its own storage in turn.
     buf = fb.flat(capacity)
@@ -352,8 +356,7 @@ def _sample_call(
     """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``.
     The funrl contestants only sample, so they share one filled state per capacity
     (``funrl_states``), each with its own keys."""
-    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
-    n_fill = -(-capacity // FILL_CHUNK)
+    fill, n_fill = fill_plan(capacity, device)
     if name.startswith("plain ring"):
         ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
         for _ in range(n_fill):
@@ -442,8 +445,8 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
     for capacity in capacities:
         buf = fb.flat(capacity)
         state = buf.init(example_item(device))
-        fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
-        for _ in range(-(-capacity // FILL_CHUNK)):
+        fill, n_fill = fill_plan(capacity, device)
+        for _ in range(n_fill):
             state = buf.add(state, fill)
         packed = {f"{t.dtype} rows".removeprefix("torch."): t for t in state.experience}
         leafwise = {
@@ -512,8 +515,7 @@ def bench_gather(capacities: list[int], device: torch.device, args: argparse.Nam
 
 def bench_prioritised(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
     out = []
-    fill = make_batch(min(capacity, FILL_CHUNK), device, seed=2)
-    n_fill = -(-capacity // FILL_CHUNK)
+    fill, n_fill = fill_plan(capacity, device)
     buf = fb.prioritised(capacity, alpha=0.6, beta=0.4)
     new_priorities = torch.rand(BATCH, generator=torch.Generator().manual_seed(3)).to(device) + 0.01
     next_key = key_pool(device)
