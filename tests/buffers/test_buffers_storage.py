@@ -201,3 +201,22 @@ def test_a_state_pickles_and_copies_into_the_same_packed_type(tmp_path):
         assert tree.tree_equal(again, state)
     torch.save(state, tmp_path / "state.pt")  # torch.save pickles too (loading needs weights_only=False)
     assert tree.tree_equal(torch.load(tmp_path / "state.pt", weights_only=False), state)
+
+
+@given(
+    capacity=st.integers(1, 12),
+    sizes=st.lists(st.integers(0, 15), min_size=1, max_size=6),
+    seed=st.integers(0, 2**31),
+)
+def test_eager_adds_write_the_rows_the_traced_add_writes(capacity, sizes, seed):
+    # Eager, an add packs straight into the rows (or packs and copies two slices where they wrap);
+    # under vmap it takes the traced path (pack, then one index_put_ per group). Same storage.
+    buf = fb.flat(capacity)
+    gen = torch.Generator().manual_seed(seed)
+    eager = buf.init(TRANSITION)
+    traced = tree.stack([buf.init(TRANSITION)])
+    for size in sizes:
+        batch = {k: torch.randn(size, *v.shape, generator=gen).to(v.dtype) for k, v in TRANSITION.items()}
+        eager = buf.add(eager, batch)
+        traced = torch.func.vmap(buf.add)(traced, tree.stack([batch]))
+        assert tree.tree_equal(tree.stack([eager]), traced)
