@@ -10,6 +10,7 @@ paths compute the same function; ``tests/test_control.py`` checks it.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,7 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
     takes either a mode or options; any other mode is passed as it is, without funrl's options.
     """
+    start_cpu_vec_isa_check()
     merged = {**INDUCTOR_OPTIONS, **(options or {})}
     if mode == "reduce-overhead":
         merged["triton.cudagraphs"] = True
@@ -71,6 +73,45 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     if mode is not None:
         return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
     return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, options=merged)
+
+
+_vec_isa_check: threading.Thread | None = None
+
+
+def start_cpu_vec_isa_check() -> threading.Thread | None:
+    """Start inductor's CPU vector-ISA check on a background thread (once per process).
+
+    The first CPU kernel inductor generates in a process asks which vector ISAs g++ can build and
+    load (``torch._inductor.cpu_vec_isa.valid_vec_isa_list``): one test library per candidate ISA
+    built with g++ and loaded by a child Python. That took 9.8-11.5 s with an empty inductor cache
+    and ~1.6 s with a warm one (2-core CPU, three AVX ISAs), inside the first compile, after
+    dynamo and AOTAutograd have traced for 20-30 s with one core busy. Run here, the g++ and child
+    processes overlap with that tracing: cold first compiles of the one-seed PPO CartPole step, each
+    in a fresh process with an empty cache, took 72.2 / 98.0 s before (the check ran 8.8 / 14.1 s
+    inside them) and 67.8 / 75.2 s with it (two rounds in turn). It is torch's own check, cached by torch
+    (``functools.cache``): the compile reads the same list; if it asks before the thread is done
+    it computes the list itself (the builds are file-locked), as it would without this.
+    Returns the thread (None where inductor cannot be imported).
+    """
+    global _vec_isa_check
+    if _vec_isa_check is None:
+        try:
+            from torch._inductor import cpu_vec_isa
+        except ImportError:  # a torch build without inductor: nothing to warm
+            return None
+        _vec_isa_check = threading.Thread(
+            target=_quietly, args=(cpu_vec_isa.valid_vec_isa_list,), name="funrl-vec-isa-check", daemon=True
+        )
+        _vec_isa_check.start()
+    return _vec_isa_check
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    # A failure here is only a cache miss: the compile runs the check itself and reports there.
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def is_compiling() -> bool:

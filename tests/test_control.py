@@ -231,6 +231,41 @@ def test_compile_drops_size_asserts_and_user_options_override_them():
     assert "assert_size_stride(" in code_with_asserts
 
 
+def test_compile_runs_torchs_vec_isa_check_on_a_background_thread_once(monkeypatch):
+    """compile() hands inductor's CPU vector-ISA check (g++ builds and child Pythons: ~10 s on an
+    empty inductor cache) to a daemon thread once per process, so it overlaps with tracing; the
+    thread calls torch's own cached ``valid_vec_isa_list``, and a failure there stays quiet (the
+    compile redoes the check and reports)."""
+    import threading
+
+    from torch._inductor import cpu_vec_isa
+
+    import funrl.control as control
+
+    calls = []
+    monkeypatch.setattr(control, "_vec_isa_check", None)
+    monkeypatch.setattr(
+        cpu_vec_isa, "valid_vec_isa_list", lambda: calls.append(threading.current_thread().name)
+    )
+    compile(lambda x: x + 1)
+    thread = control._vec_isa_check
+    assert isinstance(thread, threading.Thread) and thread.daemon
+    thread.join(timeout=60)
+    assert calls == ["funrl-vec-isa-check"]
+    compile(lambda x: x * 2)
+    assert control._vec_isa_check is thread and calls == ["funrl-vec-isa-check"]
+
+    def broken() -> None:
+        raise RuntimeError("g++ missing")
+
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    monkeypatch.setattr(control, "_vec_isa_check", None)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", broken)
+    control.start_cpu_vec_isa_check().join(timeout=60)
+    assert uncaught == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------
