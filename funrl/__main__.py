@@ -121,6 +121,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 
 
 def _train(args: argparse.Namespace) -> int:
+    import torch
+
     from funrl import allocator
     from funrl.agents import common, run
 
@@ -139,6 +141,9 @@ def _train(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.perf_counter()
     installed = args.cpu_allocator == "caching" and _use_caching_cpu_allocator()
+    threads = torch.get_num_threads()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     try:
         run.train_run(
             algo,
@@ -154,7 +159,8 @@ def _train(args: argparse.Namespace) -> int:
             compile_options={"cpp_wrapper": True} if args.cpp_wrapper else None,
         )
     finally:
-        if installed:  # main() may run inside a longer-lived process (a notebook, tests)
+        torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
+        if installed:
             allocator.use_default_cpu_allocator()
     print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
@@ -261,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
         "allocates thousands of small buffers per update, which glibc's aligned malloc serves "
         "slowly), with the process restarted once with glibc's per-thread malloc cache raised; or "
         "torch's default allocator and glibc's settings as they are (default: caching)",
+    )
+    train.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch's intra-op CPU threads for the run (torch.set_num_threads). One seed's small "
+        "kernels run fastest on one thread; many vmapped seeds gain from more: PPO CartPole on a "
+        "2-core CPU, C++ wrapper, trained one seed in 8.0 s on 1 thread against 14.0 s on 2, and 8 "
+        "seeds in 30.0 s against 25.4 s (default: torch's, one per core)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

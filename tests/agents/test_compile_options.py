@@ -152,3 +152,26 @@ def test_one_seed_of_a_vmapped_run_steps_unbatched_and_keeps_the_seed_dimension(
             torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
         else:
             assert torch.equal(a[0], b[0])
+
+
+def test_cli_threads_sets_torchs_threads_for_the_run_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from funrl.__main__ import main
+
+    seen: list[int] = []
+    monkeypatch.setattr(run, "train_run", lambda *args, **kwargs: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    out = str(tmp_path / "r")
+    assert main(["train", "ppo", "--total-steps", "1024", "--out", out, "--threads", "3"]) == 0
+    assert main(["train", "ppo", "--total-steps", "1024", "--out", out]) == 0
+    assert seen == [3, before] and torch.get_num_threads() == before
+
+
+def test_cli_threads_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    from funrl.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "ppo", "--threads", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and "--threads: expected a positive integer, got 0" in err[-1]
