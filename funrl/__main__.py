@@ -273,9 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="torch's intra-op CPU threads for the run (torch.set_num_threads). One seed's small "
-        "kernels run fastest on one thread; many vmapped seeds gain from more: PPO CartPole on a "
-        "2-core CPU, C++ wrapper, trained one seed in 8.0 s on 1 thread against 14.0 s on 2, and 8 "
-        "seeds in 30.0 s against 25.4 s (default: torch's, one per core)",
+        "kernels run fastest on one thread: PPO CartPole on a 2-core CPU (C++ wrapper) trained one "
+        "seed in 8.0-9.1 s on 1 thread against 12.4-14.0 s on 2; 8 vmapped seeds took 25.4-29.7 s "
+        "on 2 and 28.2-30.0 s on 1 (default: torch's, one per core)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
