@@ -727,3 +727,35 @@ def test_compiled_apply_equals_eager():
     torch.testing.assert_close(compiled(ensemble, x), ensemble_forward(ensemble, x), rtol=1e-5, atol=1e-6)
     x2 = torch.randn(5, 4)  # same shapes: no recompile, still equal
     torch.testing.assert_close(compiled(ensemble, x2), ensemble_forward(ensemble, x2), rtol=1e-5, atol=1e-6)
+
+
+def test_apply_reads_the_module_spec_once_and_compiled_apply_reuses_it(monkeypatch):
+    """``init`` reads the module's parameter spec and keeps it on the module (a plain attribute, not
+    a parameter, buffer or submodule), so a compiled ``apply`` does not walk the module tree again
+    (that walk cost dynamo ~0.25 s per traced apply); ``skeleton`` copies do not inherit it."""
+    from funrl.nets import core
+
+    ac = nets.ActorCritic(4, 2)
+    params = nets.init(ac, random.key(0))
+    spec = getattr(ac, core._SPEC_ATTR)
+    assert spec == core._read_spec(ac)
+    assert core._SPEC_ATTR not in dict(ac.named_modules()) and core._SPEC_ATTR not in ac.state_dict()
+    obs = random.normal(random.key(1), (3, 4))
+    expected = nets.apply(ac, params, obs)
+
+    def walk_again(module):
+        raise AssertionError("the spec was read again")
+
+    monkeypatch.setattr(core, "_read_spec", walk_again)
+    torch._dynamo.reset()
+    got = torch.compile(lambda p, x: nets.apply(ac, p, x), backend="eager", fullgraph=True)(params, obs)
+    assert tree.tree_equal(got, expected)
+    monkeypatch.undo()
+
+    # A skeleton of a module with real buffers: its own spec says they are on meta.
+    real = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    nets.apply(real, nets.init(real, random.key(2)), torch.ones(2, 3))
+    meta = nets.skeleton(real)
+    assert not hasattr(meta, core._SPEC_ATTR)
+    with pytest.raises(ValueError, match="live on the meta device"):
+        nets.apply(meta, nets.init(meta, random.key(2)), torch.ones(2, 3))
