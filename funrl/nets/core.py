@@ -4,7 +4,13 @@
 ``module.named_parameters()``; ``apply(module, params, *args)`` runs ``module.forward`` with those
 tensors through ``torch.func.functional_call``. The module's own tensors are never read for
 parameters, so a skeleton built on the ``meta`` device (no storage, see :func:`skeleton`) is all
-``apply`` needs, and any ordinary user module works unchanged.
+``apply`` needs, and any ordinary user module works unchanged. For modules made only of types whose
+forward reads no mode flag or mutable state (funrl's own, ``Linear``, ``LayerNorm``, activations,
+``Sequential``), ``apply`` instead runs an FX trace of the forward, made once per module, that reads
+the tensors from ``params``: the same ops without ``functional_call``'s module swapping (the PPO
+actor-critic: ~41 against ~148 µs a call eagerly; a SAC critic ~4x less; and less for dynamo to
+trace). Modules it cannot trace (the forward branches on input shapes, like ``NatureCNN``'s) or
+cannot vouch for (other types, subclasses) keep ``functional_call``.
 
 Keys per parameter. Each parameter draws from ``fold_in(key, crc32(name))``: its values depend on
 the key and its own name only, so adding a layer to a network leaves the others' initial values
@@ -23,12 +29,15 @@ forward that vmaps.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import operator
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
+import torch.fx
 import torch.nn as nn
 from torch.func import functional_call
 
@@ -76,6 +85,7 @@ def skeleton(
             raise TypeError("skeleton: extra arguments are only accepted with a module class or factory")
         meta = copy.deepcopy(module_or_cls).to("meta")
         meta.__dict__.pop(_SPEC_ATTR, None)  # the original's spec says which buffers are on meta
+        meta.__dict__.pop(_TRACED_ATTR, None)
         return meta
     if not callable(module_or_cls):
         raise TypeError(
@@ -263,7 +273,8 @@ def init(
             )
         # Contiguous, so a compiled step that returns fresh params sees the same strides next call.
         params[name] = value.contiguous()
-    _spec(module)  # read now, eagerly, so that a compiled apply finds it on the module
+    _spec(module)  # read now, eagerly, so that a compiled apply finds it (and the trace) on the module
+    _traced_forward(module)
     return params
 
 
@@ -398,7 +409,72 @@ def apply(module: nn.Module, params: Mapping[str, torch.Tensor], *args: Any, **k
     for alias, canonical in spec.aliases:
         if canonical in values:
             values[alias] = values[canonical]
+    traced = _traced_forward(module)
+    if traced is not None and all(name in values for name in traced.reads):
+        return traced.forward(values, *args, **kwargs)
     return functional_call(module, values, args, kwargs, tie_weights=False)
+
+
+# Module types whose forward reads no mode flag (``training``) or other mutable state, so one FX
+# trace of it is its forward for every call. funrl's own modules say so with a class attribute
+# ``funrl_pure_forward = True`` (read on the class itself: a subclass's forward is not vouched for).
+_PURE_TORCH_TYPES: frozenset[type] = frozenset(
+    {nn.Sequential, nn.Linear, nn.LayerNorm, nn.Identity, nn.Flatten, nn.Tanh, nn.ReLU, nn.ELU}
+    | {nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Softplus}
+)
+_TRACED_ATTR = "_funrl_traced_forward"
+
+
+class _TracedForward(NamedTuple):
+    """``forward(params, *args, **kwargs)``: the module's forward with every parameter or buffer read
+    (``reads``, the names) taken from ``params``."""
+
+    forward: Callable[..., Any]
+    reads: tuple[str, ...]
+
+
+class _InlineEveryModule(torch.fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return False  # trace into Linear & co., so their weights become reads of params
+
+
+def _trace_forward(module: nn.Module) -> _TracedForward | None:
+    """``module.forward`` traced by FX into straight-line code reading its tensors from a dict, or
+    None where that is not known to be the same function (a module type not vouched for, or a
+    forward FX cannot trace, e.g. one that branches on input shapes)."""
+    for m in module.modules():
+        if type(m) not in _PURE_TORCH_TYPES and not type(m).__dict__.get("funrl_pure_forward", False):
+            return None
+    try:
+        graph = _InlineEveryModule().trace(module)
+    except Exception:  # noqa: BLE001 - any trace failure means: use functional_call
+        return None
+    first = next(iter(graph.nodes))
+    with graph.inserting_before(first):
+        params = graph.placeholder("funrl_params")
+    reads = []
+    for node in list(graph.nodes):
+        if node.op == "get_attr":
+            with graph.inserting_before(node):
+                value = graph.call_function(operator.getitem, (params, node.target))
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
+            reads.append(node.target)
+        elif node.op == "call_module":
+            return None
+    code = graph.python_code("self")
+    namespace = dict(code.globals)
+    exec(code.src, namespace)  # noqa: S102 - FX's own generated code of the module's forward
+    return _TracedForward(functools.partial(namespace["forward"], None), tuple(dict.fromkeys(reads)))
+
+
+def _traced_forward(module: nn.Module) -> _TracedForward | None:
+    """The module's traced forward, made once per module object (eagerly) and kept on it."""
+    traced = getattr(module, _TRACED_ATTR, None)
+    if traced is None and not torch.compiler.is_compiling():
+        traced = _trace_forward(module) or False  # False: tried, use functional_call
+        object.__setattr__(module, _TRACED_ATTR, traced)
+    return traced or None
 
 
 def init_ensemble(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.fx
 import torch.nn as nn
 
 from funrl.nets import initializers as inits
@@ -85,6 +86,8 @@ class MLP(nn.Sequential):
     Shapes: ``[..., in_features] -> [..., out_features]``.
     """
 
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
+
     def __init__(
         self,
         in_features: int,
@@ -126,6 +129,8 @@ class NatureCNN(nn.Module):
     With ``scale_input=True`` it is divided by 255 (Atari frames); otherwise cast to float as is.
     Output: ``[..., 512]`` features, or ``[..., out_features]`` with a head.
     """
+
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -186,6 +191,8 @@ class DiscreteActor(nn.Module):
     Pair with ``funrl.nets.distributions.categorical``.
     """
 
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
+
     def __init__(
         self,
         obs_dim: int,
@@ -215,6 +222,8 @@ class GaussianActor(nn.Module):
     outputs ``2 * action_dim`` values, ``loc`` and a raw log-std squashed by ``tanh`` into
     ``[log_std_min, log_std_max]``. Pair with ``distributions.normal`` or ``distributions.tanh_normal``.
     """
+
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -248,7 +257,7 @@ class GaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.mlp(obs)
         if self.state_dependent_std:
-            loc, raw = out.split(self.action_dim, dim=-1)
+            loc, raw = out[..., : self.action_dim], out[..., self.action_dim :]  # FX-traceable split
             half_range = 0.5 * (self.log_std_max - self.log_std_min)
             log_std = self.log_std_min + half_range * (torch.tanh(raw) + 1.0)
             return loc, log_std.exp()
@@ -265,6 +274,8 @@ class ActorCritic(nn.Module):
 
         init(ac, key, orthogonal(2**0.5), ac.ppo_overrides())
     """
+
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -312,6 +323,8 @@ class ActorCritic(nn.Module):
 class QNetwork(nn.Module):
     """Discrete action values: ``[..., obs_dim] -> Q [..., num_actions]`` (CleanRL's DQN sizes by default)."""
 
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
+
     def __init__(
         self,
         obs_dim: int,
@@ -335,6 +348,8 @@ class ContinuousQ(nn.Module):
     As CleanRL's SAC/TD3 critics (two hidden layers of 256, ReLU, by default).
     """
 
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
+
     def __init__(
         self,
         obs_dim: int,
@@ -351,14 +366,23 @@ class ContinuousQ(nn.Module):
         self.output_layer = f"mlp.{self.mlp.output_layer}"
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        if obs.shape[-1] != self.obs_dim or action.shape[-1] != self.action_dim:
-            raise ValueError(
-                f"obs, action: expected last dims ({self.obs_dim}, {self.action_dim}), "
-                f"got {list(obs.shape)} and {list(action.shape)}"
-            )
-        if obs.shape[:-1] != action.shape[:-1]:
-            raise ValueError(
-                "obs, action: expected the same batch shape, got "
-                f"{list(obs.shape[:-1])} and {list(action.shape[:-1])}"
-            )
+        _check_obs_and_action(obs, action, self.obs_dim, self.action_dim)
         return self.mlp(torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+
+def _check_obs_and_action(obs: torch.Tensor, action: torch.Tensor, obs_dim: int, action_dim: int) -> None:
+    if obs.shape[-1] != obs_dim or action.shape[-1] != action_dim:
+        raise ValueError(
+            f"obs, action: expected last dims ({obs_dim}, {action_dim}), "
+            f"got {list(obs.shape)} and {list(action.shape)}"
+        )
+    if obs.shape[:-1] != action.shape[:-1]:
+        raise ValueError(
+            "obs, action: expected the same batch shape, got "
+            f"{list(obs.shape[:-1])} and {list(action.shape[:-1])}"
+        )
+
+
+# An FX trace (nets.apply's fast path) records the check as a call, run on every call's real
+# shapes, instead of tracing into its shape comparisons (which FX cannot).
+torch.fx.wrap("_check_obs_and_action")
