@@ -854,3 +854,21 @@ def test_a_traced_continuous_q_still_checks_its_inputs():
         nets.apply(q, params, torch.zeros(5, 3), torch.zeros(5, 2))
     with pytest.raises(ValueError, match=r"^obs, action: expected the same batch shape, got \[5\] and \[4\]"):
         nets.apply(q, params, torch.zeros(5, 4), torch.zeros(4, 2))
+
+
+def test_a_module_with_a_traced_forward_still_pickles_and_copies(tmp_path):
+    import copy
+    import pickle
+
+    from funrl.nets import core
+
+    ac = nets.ActorCritic(4, 2)
+    params = nets.init(ac, random.key(0))
+    obs = torch.ones(3, 4)
+    expected = nets.apply(ac, params, obs)
+    for again in (pickle.loads(pickle.dumps(ac)), copy.deepcopy(ac)):
+        assert tree.tree_equal(nets.apply(again, params, obs), expected)
+        assert core._traced_forward(again) is not None
+    torch.save(ac, tmp_path / "ac.pt")
+    loaded = torch.load(tmp_path / "ac.pt", weights_only=False)
+    assert tree.tree_equal(nets.apply(loaded, params, obs), expected)

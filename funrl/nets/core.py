@@ -432,6 +432,15 @@ class _TracedForward(NamedTuple):
     forward: Callable[..., Any]
     reads: tuple[str, ...]
 
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        # The generated function cannot be pickled by name; a pickled module (torch.save) drops
+        # its trace and traces again on its first apply.
+        return _no_trace, ()
+
+
+def _no_trace() -> None:
+    return None
+
 
 class _InlineEveryModule(torch.fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
