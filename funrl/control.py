@@ -91,7 +91,7 @@ def start_cpu_vec_isa_check() -> threading.Thread | None:
     inside them) and 67.8 / 75.2 s with it (two rounds in turn). It is torch's own check, cached by torch
     (``functools.cache``): the compile reads the same list; if it asks before the thread is done
     it computes the list itself (the builds are file-locked), as it would without this.
-    Returns the thread (None where inductor cannot be imported).
+    Returns the thread (None where inductor or that function is missing).
     """
     global _vec_isa_check
     if _vec_isa_check is None:
@@ -99,8 +99,11 @@ def start_cpu_vec_isa_check() -> threading.Thread | None:
             from torch._inductor import cpu_vec_isa
         except ImportError:  # a torch build without inductor: nothing to warm
             return None
+        check = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+        if check is None:  # a torch whose inductor checks differently: leave it to the compile
+            return None
         _vec_isa_check = threading.Thread(
-            target=_quietly, args=(cpu_vec_isa.valid_vec_isa_list,), name="funrl-vec-isa-check", daemon=True
+            target=_quietly, args=(check,), name="funrl-vec-isa-check", daemon=True
         )
         _vec_isa_check.start()
     return _vec_isa_check

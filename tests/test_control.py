@@ -265,6 +265,11 @@ def test_compile_runs_torchs_vec_isa_check_on_a_background_thread_once(monkeypat
     control.start_cpu_vec_isa_check().join(timeout=60)
     assert uncaught == []
 
+    monkeypatch.setattr(control, "_vec_isa_check", None)
+    monkeypatch.delattr(cpu_vec_isa, "valid_vec_isa_list")
+    assert control.start_cpu_vec_isa_check() is None  # another torch: compile() still works
+    compile(lambda x: x - 1)
+
 
 # ---------------------------------------------------------------------------------------------
 # Bad input
