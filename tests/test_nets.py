@@ -872,3 +872,24 @@ def test_a_module_with_a_traced_forward_still_pickles_and_copies(tmp_path):
     torch.save(ac, tmp_path / "ac.pt")
     loaded = torch.load(tmp_path / "ac.pt", weights_only=False)
     assert tree.tree_equal(nets.apply(loaded, params, obs), expected)
+
+
+def test_apply_runs_the_hooks_of_a_module_with_a_traced_forward():
+    """Hooks run in module calls, which the traced forward does not make: a module (or any of its
+    submodules) with a hook, or a global hook, takes functional_call, as before the trace."""
+    ac = nets.ActorCritic(4, 2)
+    params = nets.init(ac, random.key(0))
+    obs = torch.ones(3, 4)
+    seen = []
+    handle = ac.critic[2].register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    value = nets.apply(ac, params, obs)[1]
+    assert seen == [torch.Size([3, 64])]
+    handle.remove()
+    doubled = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, out: 2 * out if isinstance(m, nn.Tanh) else None
+    )
+    try:
+        assert not torch.equal(nets.apply(ac, params, obs)[1], value)
+    finally:
+        doubled.remove()
+    assert torch.equal(nets.apply(ac, params, obs)[1], value)

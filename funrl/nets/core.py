@@ -410,7 +410,7 @@ def apply(module: nn.Module, params: Mapping[str, torch.Tensor], *args: Any, **k
         if canonical in values:
             values[alias] = values[canonical]
     traced = _traced_forward(module)
-    if traced is not None and all(name in values for name in traced.reads):
+    if traced is not None and not _hooked(traced.modules) and all(name in values for name in traced.reads):
         return traced.forward(values, *args, **kwargs)
     return functional_call(module, values, args, kwargs, tie_weights=False)
 
@@ -431,6 +431,7 @@ class _TracedForward(NamedTuple):
 
     forward: Callable[..., Any]
     reads: tuple[str, ...]
+    modules: tuple[nn.Module, ...]  # the module and its submodules, whose hooks the trace would skip
 
     def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
         # The generated function cannot be pickled by name; a pickled module (torch.save) drops
@@ -474,7 +475,23 @@ def _trace_forward(module: nn.Module) -> _TracedForward | None:
     code = graph.python_code("self")
     namespace = dict(code.globals)
     exec(code.src, namespace)  # noqa: S102 - FX's own generated code of the module's forward
-    return _TracedForward(functools.partial(namespace["forward"], None), tuple(dict.fromkeys(reads)))
+    return _TracedForward(
+        functools.partial(namespace["forward"], None), tuple(dict.fromkeys(reads)), tuple(module.modules())
+    )
+
+
+def _hooked(modules: tuple[nn.Module, ...]) -> bool:
+    """True if a forward or backward hook is registered on any of ``modules`` or globally: module
+    calls run hooks, the traced forward has no module calls, so such modules take functional_call."""
+    hooks = torch.nn.modules.module
+    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+        return True
+    if hooks._global_backward_hooks or hooks._global_backward_pre_hooks:
+        return True
+    return any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+        for m in modules
+    )
 
 
 def _traced_forward(module: nn.Module) -> _TracedForward | None:
