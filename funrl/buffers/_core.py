@@ -101,6 +101,21 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> in
     return value
 
 
+def check_sample_count(state: Any, min_length: int, batch_size: int, unit: str = "items") -> int | None:
+    """What every ``sample`` checks first: ``batch_size``, a fresh state and, eagerly, at least
+    ``min_length`` stored. Returns the count as an int eagerly, None while traced."""
+    check_batch_size(batch_size)
+    count = check_fresh(state.count, state.storage_count, "sample")
+    if count is None and not in_transform():  # stacked states outside vmap: int() names the problem
+        count = int(state.count)
+    if count is not None and count < min_length:
+        raise ValueError(
+            f"sample: the buffer holds {count} {unit}, fewer than min_length={min_length}; "
+            "check can_sample(state) before sampling"
+        )
+    return count
+
+
 HUGE_PAGE_BYTES = 2 << 20
 """Transparent huge page size on x86-64 and arm64 Linux; storages at least this large get them."""
 

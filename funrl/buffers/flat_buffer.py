@@ -17,11 +17,10 @@ from funrl.buffers._core import (
     Buffer,
     Sample,
     check_batch_leaves,
-    check_batch_size,
     check_capacity,
     check_fresh,
+    check_sample_count,
     gather_rows,
-    in_transform,
     init_storage,
     ring_rows,
     write_ring_slices,
@@ -102,21 +101,12 @@ def _can_sample(config: FlatConfig, state: FlatState) -> torch.Tensor:
 
 
 def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size: int) -> Sample:
-    check_batch_size(batch_size)
-    count = check_fresh(state.count, state.storage_count, "sample")
-    if in_transform():
-        # clamp: never a zero range inside a compiled graph (eager raises below instead).
-        filled = torch.clamp(state.count, min=1, max=config.capacity)
-    else:
-        if count is None:  # stacked states outside vmap: int() names the problem
-            count = int(state.count)
-        # eager: a Python int bounds the draw, no tensor ops for the range
-        if count < config.min_length:
-            raise ValueError(
-                f"sample: the buffer holds {count} items, fewer than min_length="
-                f"{config.min_length}; check can_sample(state) before sampling"
-            )
-        filled = min(count, config.capacity)
+    count = check_sample_count(state, config.min_length, batch_size)
+    # Traced, clamp: never a zero range inside a compiled graph (eager raised above instead).
+    # Eager, a Python int bounds the draw: no tensor ops for the range.
+    filled = (
+        torch.clamp(state.count, min=1, max=config.capacity) if count is None else min(count, config.capacity)
+    )
     indices = frandom.randint(key, (batch_size,), 0, filled)
     items = gather_rows(state.experience, indices)
     weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)

@@ -26,9 +26,9 @@ from funrl import random as frandom
 from funrl.buffers import sum_tree
 from funrl.buffers._core import (
     Sample,
-    check_batch_size,
     check_capacity,
     check_fresh,
+    check_sample_count,
     gather_rows,
     in_transform,
     init_storage,
@@ -182,15 +182,7 @@ def prioritised(
     def sample(
         state: PrioritisedState, key: torch.Tensor, batch_size: int, beta: float | torch.Tensor | None = None
     ) -> Sample:
-        check_batch_size(batch_size)
-        count = check_fresh(state.count, state.storage_count, "sample")
-        if count is None and not in_transform():  # stacked states outside vmap: int() names the problem
-            count = int(state.count)
-        if count is not None and count < min_length:
-            raise ValueError(
-                f"sample: the buffer holds {count} items, fewer than min_length="
-                f"{min_length}; check can_sample(state) before sampling"
-            )
+        check_sample_count(state, min_length, batch_size)
         filled = torch.clamp(state.count, min=1, max=capacity)
         uniforms = frandom.uniform(key, (batch_size,), dtype=torch.float64)
         indices = sum_tree.sample_stratified(state.sum_tree, uniforms, filled)

@@ -21,10 +21,9 @@ from funrl.buffers._core import (
     Buffer,
     Sample,
     check_batch_leaves,
-    check_batch_size,
     check_capacity,
     check_fresh,
-    in_transform,
+    check_sample_count,
     init_storage,
     ring_rows,
     write_rows,
@@ -111,15 +110,7 @@ def _can_sample(config: TrajectoryConfig, state: Any) -> torch.Tensor:
 
 
 def check_can_sample(config: TrajectoryConfig, state: Any, batch_size: int) -> None:
-    check_batch_size(batch_size)
-    count = check_fresh(state.count, state.storage_count, "sample")
-    if count is None and not in_transform():  # stacked states outside vmap: int() names the problem
-        count = int(state.count)
-    if count is not None and count < config.min_length:
-        raise ValueError(
-            f"sample: the buffer holds {count} time steps per environment, fewer than "
-            f"min_length={config.min_length}; check can_sample(state) before sampling"
-        )
+    check_sample_count(state, config.min_length, batch_size, unit="time steps per environment")
 
 
 def gather_windows(

@@ -258,3 +258,14 @@ def test_eager_sum_tree_update_out_of_range_behaves_as_the_torch_ops():
     with pytest.raises(IndexError):
         sum_tree.update(fast, bad, torch.ones(2))
     assert torch.equal(fast, slow)
+
+
+def test_sampling_before_min_length_is_a_clear_error_and_can_sample_tells():
+    buf = fb.prioritised(8, min_length=3)
+    state = buf.init({"x": torch.zeros(2)})
+    state = buf.add(state, {"x": torch.ones(2, 2)})
+    assert not bool(buf.can_sample(state))
+    with pytest.raises(ValueError, match=r"^sample: the buffer holds 2 items, fewer than min_length=3"):
+        buf.sample(state, frandom.key(0), 4)
+    state = buf.add(state, {"x": torch.ones(1, 2)})
+    assert bool(buf.can_sample(state)) and buf.sample(state, frandom.key(0), 4).indices.shape == (4,)

@@ -93,7 +93,7 @@ def test_every_valid_window_is_sampled_uniformly():
 def test_errors_and_stale_state():
     buf = fb.trajectory(2, 5, 3)
     state = buf.init(EXAMPLE)
-    with pytest.raises(ValueError, match="fewer than min_length=3"):
+    with pytest.raises(ValueError, match="holds 0 time steps per environment, fewer than min_length=3"):
         buf.sample(state, frandom.key(0), 2)
     with pytest.raises(ValueError, match="expected leading dim num_envs=2, got 3"):
         buf.add(state, steps(3, 0, 2))
