@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,21 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 __all__ = ["scan", "fori_loop", "is_compiling", "compile", "INDUCTOR_OPTIONS"]
+
+# While dynamo traces torch's scan op (the compiled path of `scan`), the op takes a first slice of
+# every `xs` leaf with `select_copy` as the example input of its body. Under vmap that op has no
+# batching rule, so every compile of a vmapped scan warned "There is a performance drop because we
+# have not yet implemented the batching rule for aten::select_copy.int" (twice per compile of the
+# vmapped PPO step). The slice exists only on fake tensors at trace time: the generated code holds
+# no select_copy. The filter matches only that message raised from dynamo's fake-tensor execution
+# (module torch._dynamo.utils), so the same warning from eager code (a user's own vmap) still shows.
+warnings.filterwarnings(
+    "ignore",
+    message=r"There is a performance drop because we have not yet implemented the batching rule for "
+    r"aten::select_copy\.int",
+    category=UserWarning,
+    module=r"torch\._dynamo\.utils",
+)
 
 Carry = Any
 Tree = Any

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any, NamedTuple
 
 import pytest
@@ -396,3 +398,35 @@ def test_compiled_scan_carries_namedtuple_outputs_without_a_probe():
     got = compile(lambda init, xs: scan(aliased_step, init, xs))(init, xs)
     assert type(got[1]) is Aliased
     assert tree.tree_allclose(got, reference_scan(aliased_step, init, xs), rtol=1e-6, atol=1e-6)
+
+
+_VMAPPED_SCAN_COMPILE = """
+import sys, warnings
+import torch
+from torch.func import vmap
+from funrl.control import scan
+if sys.argv[1] == "drop-filter":  # the planted check: funrl's filter removed after import
+    warnings.filters[:] = [f for f in warnings.filters if "select_copy" not in str(f[1] and f[1].pattern)]
+def run(init, xs):
+    return scan(lambda c, x: (c + x, c * x), init, xs)
+compiled = torch.compile(vmap(run), backend="eager", fullgraph=True)
+carry, ys = compiled(torch.zeros(3, 2), torch.ones(3, 5, 2))
+assert torch.equal(carry, torch.full((3, 2), 5.0)) and ys.shape == (3, 5, 2)
+"""
+
+
+@pytest.mark.parametrize("variant", ["as-shipped", "drop-filter"])
+def test_compiling_a_vmapped_scan_prints_no_trace_time_fallback_warning(variant):
+    """torch's scan op takes its body's example input with select_copy while dynamo traces, and under
+    vmap that op has no batching rule: every compile of a vmapped scan warned of a performance drop
+    that the generated code never has. A fresh interpreter with every UserWarning shown (-W always)
+    must print none of it; the same run with funrl's filter removed must (so the check can fail)."""
+    result = subprocess.run(
+        [sys.executable, "-W", "always::UserWarning", "-c", _VMAPPED_SCAN_COMPILE, variant],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    warned = "batching rule for aten::select_copy.int" in result.stderr
+    assert warned == (variant == "drop-filter"), result.stderr
