@@ -254,10 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--cpp-wrapper",
         action="store_true",
-        help="compile the step with inductor's C++ wrapper: on CPU, with the caching allocator, a "
-        "one-seed PPO CartPole update runs about 2x faster, for a first compile about 1.2-1.8x "
-        "longer; worth it for long runs; ppo takes it with any --seeds, the other algorithms with "
-        "--seeds 1 only (default: off)",
+        help="compile the step with inductor's C++ wrapper (its kernels and the wrapper built as two "
+        "files): on CPU, with the caching allocator, a one-seed PPO CartPole update runs about 2x "
+        "faster and 8 vmapped seeds about 1.4x, for a first compile as long as the default's (one seed "
+        "46-52 s against 49 s, 8 seeds 81 s against 82 s on a 2-core CPU); ppo takes it with any "
+        "--seeds, the other algorithms with --seeds 1 only (default: off)",
     )
     train.add_argument(
         "--cpu-allocator",

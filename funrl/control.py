@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as torch_pytree
 
-__all__ = ["scan", "fori_loop", "is_compiling", "compile", "INDUCTOR_OPTIONS"]
+__all__ = ["scan", "fori_loop", "is_compiling", "compile", "INDUCTOR_OPTIONS", "CPP_WRAPPER_OPTIONS"]
 
 # While dynamo traces torch's scan op (the compiled path of `scan`), the op takes a first slice of
 # every `xs` leaf with `select_copy` as the example input of its body. Under vmap that op has no
@@ -68,6 +68,25 @@ CartPole spent 19% of its update in Sleef's tanh (``perf``); the update went fro
 """
 
 
+CPP_WRAPPER_OPTIONS: dict[str, Any] = (
+    {"cpp_wrapper_build_separate": True}
+    if hasattr(torch._inductor.config, "cpp_wrapper_build_separate")
+    else {}
+)
+"""Inductor options added whenever the C++ wrapper is asked for (``options={"cpp_wrapper": True}``);
+an explicit value in ``options`` wins.
+
+With the C++ wrapper on CPU, inductor writes the step's kernels and the wrapper that calls them
+into one C++ file and builds it with one ``g++ -O3``: one process on one core, after the rest of
+the compile. ``cpp_wrapper_build_separate`` builds the kernels (still ``-O3``) and the wrapper
+(``-O1``: it only calls kernels and allocates) as two files. Cold first compiles of the one-seed
+PPO CartPole step, each in a fresh process with an empty inductor cache, rounds in turn (2-core
+CPU, torch 2.13): one file 90.9 / 77.9 s, separate 52.0 / 46.8 s, the Python wrapper 49.3 s; per
+update 8.24 / 8.94 ms against 8.62 / 7.56 ms (the Python wrapper 16.34 ms). See BENCHMARKS.md.
+Empty where torch has no such option (before 2.7).
+"""
+
+
 def compile(  # noqa: A001 - the torch name, with funrl's options
     fn: Callable[..., Any],
     *,
@@ -76,13 +95,16 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers).
+    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers),
+    and :data:`CPP_WRAPPER_OPTIONS` when ``options`` asks for inductor's C++ wrapper.
 
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
     takes either a mode or options; any other mode is passed as it is, without funrl's options.
     """
     start_cpu_vec_isa_check()
     merged = {**INDUCTOR_OPTIONS, **(options or {})}
+    if merged.get("cpp_wrapper"):
+        merged = {**CPP_WRAPPER_OPTIONS, **merged}
     if mode == "reduce-overhead":
         merged["triton.cudagraphs"] = True
         mode = None

@@ -361,7 +361,8 @@ def make_step(
     ``mode`` and ``options`` go to :func:`funrl.control.compile` (e.g. ``{"cpp_wrapper": True}``:
     inductor's C++ wrapper, which on CPU runs a one-seed PPO update about 2x as fast as the
     default Python wrapper on :mod:`funrl.allocator`'s caching allocator, about 1.5x without it,
-    for 1.2-1.8x the compile time; see BENCHMARKS.md). For a vmapped step it is
+    and, built as two files (:data:`funrl.control.CPP_WRAPPER_OPTIONS`), compiles as fast; see
+    BENCHMARKS.md). For a vmapped step it is
     refused except for the agents in :data:`VMAPPED_CPP_WRAPPER_AGENTS` (a torch 2.13 crash).
     """
     _check_host_env(agent, batched, compile)
