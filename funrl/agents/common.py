@@ -37,6 +37,8 @@ __all__ = [
     "evaluate",
     "with_num_envs",
     "LOSS_TERMS",
+    "DEFAULT_CPP_WRAPPER_AGENTS",
+    "uses_cpp_wrapper_by_default",
 ]
 
 LOSS_TERMS = (
@@ -335,6 +337,27 @@ double declarations came from loops of one iteration (SAC's and TD3's defaults: 
 one gradient step per update), which :func:`funrl.control.scan` now traces inline; with that their
 one-seed steps compile with the C++ wrapper. Their vmapped steps were not tried again.
 """
+
+
+DEFAULT_CPP_WRAPPER_AGENTS = frozenset({"ppo"})
+"""Agents whose compiled CPU step ``funrl train`` builds with inductor's C++ wrapper unless told
+``--no-cpp-wrapper``.
+
+PPO's update is loops of small kernels (a 128-step rollout, 16 minibatch steps), where the Python
+wrapper's per-call cost dominates: in one run (2-core CPU, ``benchmarks/agents.py``, BENCHMARKS.md)
+one seed trained in 8.8 s with the C++ wrapper against 17.6 s (SB3: 106.4 s), 8 vmapped seeds in
+31.6 against 44.1 s, for first compiles of 50.0 against 48.8 s and 82.0 against 80.6 s (the kernels
+and the wrapper built as two files, :data:`funrl.control.CPP_WRAPPER_OPTIONS`). DQN, SAC and TD3
+keep the Python wrapper: their vmapped steps crash or fail to compile with the C++ one (see
+:data:`VMAPPED_CPP_WRAPPER_AGENTS`), and SAC's and TD3's one-seed steps, matrix products, gained
+nothing measurable from it. Off the CPU (CUDA graphs are the tool there) nothing is measured yet.
+"""
+
+
+def uses_cpp_wrapper_by_default(algo: str, device: str | torch.device, compile: bool) -> bool:
+    """Whether ``funrl train`` compiles ``algo``'s step with the C++ wrapper when neither
+    ``--cpp-wrapper`` nor ``--no-cpp-wrapper`` is given (see :data:`DEFAULT_CPP_WRAPPER_AGENTS`)."""
+    return compile and algo in DEFAULT_CPP_WRAPPER_AGENTS and torch.device(device).type == "cpu"
 
 
 def check_compile_options(algo: str, batched: bool, compile: bool, options: dict[str, Any] | None) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "check_gymnasium_id",
     "gymnasium_id",
     "train_run",
+    "read_run",
     "evaluate_run",
     "RunError",
 ]
@@ -155,7 +156,8 @@ def _check_host_run(config: Any, num_seeds: int, compile: bool) -> None:
         )
 
 
-def _read_run(out: Path) -> tuple[str, Any, dict[str, Any]]:
+def read_run(out: Path) -> tuple[str, Any, dict[str, Any]]:
+    """``(algo, config, meta)`` of the run folder ``out`` (its ``config.json``); a RunError if there is none."""
     path = out / CONFIG
     if not path.is_file():
         raise RunError(f"out: {out} holds no {CONFIG}; is it a funrl run folder?")
@@ -281,7 +283,7 @@ def train_run(
     """
     out = Path(out)
     if resume:
-        algo, config, meta = _read_run(out)
+        algo, config, meta = read_run(out)
         if gymnasium_id(config.env_id) is not None:
             raise RunError(
                 f"resume: {out} trained on {config.env_id}, a host gymnasium env whose state (physics, "
@@ -384,7 +386,7 @@ def evaluate_run(
     ``episodes`` returns count.
     """
     out = Path(out)
-    algo, config, meta = _read_run(out)
+    algo, config, meta = read_run(out)
     device = device or meta.get("device", "cpu")
     agent = build_agent(algo, config, device)
     keys = _run_keys(config, meta["seed"], meta["num_seeds"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +64,42 @@ def test_cli_cpp_wrapper_reaches_train_run(monkeypatch: pytest.MonkeyPatch, tmp_
     assert main(["train", "ppo", "--total-steps", "1024", "--out", out, "--cpp-wrapper"]) == 0
     assert seen["compile_options"] == {"cpp_wrapper": True} and seen["compile"] is True
     seen.clear()
-    assert main(["train", "ppo", "--total-steps", "1024", "--out", out]) == 0
+    assert main(["train", "ppo", "--total-steps", "1024", "--out", out, "--no-cpp-wrapper"]) == 0
     assert seen["compile_options"] is None
     seen.clear()  # PPO's vmapped step takes the C++ wrapper (VMAPPED_CPP_WRAPPER_AGENTS)
     assert main(["train", "ppo", "--total-steps", "1024", "--seeds", "2", "--out", out, "--cpp-wrapper"]) == 0
     assert seen["compile_options"] == {"cpp_wrapper": True} and seen["num_seeds"] == 2
+
+
+def test_cli_takes_the_cpp_wrapper_by_default_for_ppo_on_a_cpu_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Neither --cpp-wrapper nor --no-cpp-wrapper: the C++ wrapper for a compiled PPO step on a CPU
+    (DEFAULT_CPP_WRAPPER_AGENTS), the Python wrapper for the other algorithms, other devices and
+    eager runs; a resumed run decides by the algorithm and device in its folder."""
+    from funrl.__main__ import main
+
+    seen: list[dict[str, Any] | None] = []
+    monkeypatch.setattr(run, "train_run", lambda *args, **kwargs: seen.append(kwargs["compile_options"]))
+    out = str(tmp_path / "r")
+    base = ["train", "--total-steps", "1024", "--out", out]
+    assert main([*base, "ppo"]) == 0
+    assert main([*base, "ppo", "--seeds", "8"]) == 0
+    assert main([*base, "ppo", "--no-compile"]) == 0
+    assert main([*base, "dqn"]) == 0
+    assert main([*base, "sac", "--env", "Pendulum-v1"]) == 0
+    on = {"cpp_wrapper": True}
+    assert seen == [on, on, None, None, None]
+    assert common.DEFAULT_CPP_WRAPPER_AGENTS == {"ppo"}
+    assert not common.uses_cpp_wrapper_by_default("ppo", torch.device("cuda", 0), compile=True)
+    for algo, device, expected in (("ppo", "cpu", on), ("ppo", "cuda:0", None), ("td3", "cpu", None)):
+        folder = tmp_path / f"{algo}-{device.replace(':', '')}"
+        folder.mkdir()
+        meta = {"algo": algo, "config": {}, "seed": 0, "num_seeds": 1, "device": device}
+        (folder / run.CONFIG).write_text(json.dumps(meta))
+        seen.clear()
+        assert main(["train", "--resume", "--out", str(folder)]) == 0
+        assert seen == [expected], (algo, device)
 
 
 def test_cli_cpp_wrapper_with_no_compile_is_a_one_line_error(
