@@ -400,7 +400,26 @@ def make_step(
         # automatic dynamism a second config compiled in the same process turns a closed-over float
         # (a learning rate, tau) into a SymFloat, which the scan op refuses as an input.
         fn = control.compile(fn, fullgraph=True, dynamic=False, mode=mode, options=options)
+        if batched and (options or {}).get("cpp_wrapper"):
+            fn = _refusing_one_seed(fn)
     return fn
+
+
+def _refusing_one_seed(compiled: Callable) -> Callable:
+    """``compiled`` (a vmapped step built with the C++ wrapper), refusing a batch of one seed: torch
+    2.13's generated wrapper segfaults on it (reproduced with PPO, with one build file and two), so
+    the process would die without a word. :func:`train` steps such a run unbatched instead."""
+
+    def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
+        if run_key.shape[0] == 1:
+            raise ValueError(
+                "run_key: a vmapped step built with cpp_wrapper=True got a batch of one seed, which "
+                "crashes torch 2.13's C++ wrapper; squeeze the seed dimension and use "
+                "make_step(batched=False), as common.train does"
+            )
+        return compiled(state, run_key)
+
+    return step
 
 
 def init_state(

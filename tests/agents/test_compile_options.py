@@ -129,6 +129,26 @@ def test_cpp_wrapper_is_taken_for_a_vmapped_ppo_step(recorded_compiles: list[dic
     assert recorded_compiles[-1]["options"] == {"cpp_wrapper": True}
 
 
+def test_a_vmapped_cpp_wrapper_step_refuses_a_batch_of_one_seed(
+    recorded_compiles: list[dict[str, Any]],
+) -> None:
+    """torch 2.13's C++ wrapper segfaults on a vmapped step over one seed; the step says so instead
+    (before the compiled call), takes two seeds, and a step without the C++ wrapper takes one."""
+    from funrl.agents import ppo
+
+    agent = ppo.make_train(ppo.PPOConfig(num_envs=2, num_steps=8, total_steps=64))
+    cpp_step = common.make_step(agent, batched=True, compile=True, options={"cpp_wrapper": True})
+    plain_step = common.make_step(agent, batched=True, compile=True)
+    one = common.init_state(agent, common.seed_keys(0, 1))
+    with pytest.raises(
+        ValueError, match=r"run_key: a vmapped step built with cpp_wrapper=True got a batch of one"
+    ):
+        cpp_step(*one)
+    two_state, _ = cpp_step(*common.init_state(agent, common.seed_keys(0, 2)))
+    one_state, _ = plain_step(*one)
+    assert two_state.update_count.tolist() == [1, 1] and one_state.update_count.tolist() == [1]
+
+
 def test_cli_cpp_wrapper_with_several_seeds_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
