@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -221,11 +222,14 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_compiled_update_equals_eager(agent: common.Agent) -> None:
-    """One compiled graph for the whole PPO iteration (rollout scan, GAE, minibatch scan)."""
+@pytest.mark.parametrize("options", [None, {"cpp_wrapper": True}], ids=["python-wrapper", "cpp-wrapper"])
+def test_compiled_update_equals_eager(agent: common.Agent, options: dict[str, Any] | None) -> None:
+    """One compiled graph for the whole PPO iteration (rollout scan, GAE, minibatch scan), with
+    inductor's Python wrapper and with its C++ wrapper built as two files (``funrl train``'s default
+    for PPO on a CPU)."""
     state, run_key = common.init_state(agent, random.key(11))
     eager_step = common.make_step(agent, batched=False, compile=False)
-    compiled_step = common.make_step(agent, batched=False, compile=True)
+    compiled_step = common.make_step(agent, batched=False, compile=True, options=options)
     eager, compiled = state, state
     for _ in range(3):
         eager, metrics_e = eager_step(eager, run_key)
