@@ -139,18 +139,20 @@ def _train(args: argparse.Namespace) -> int:
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # A resumed run keeps its own algorithm, seeds and device: the defaults below follow them.
+    run_algo, num_seeds, device = algo, args.seeds, args.device
+    if args.resume:
+        run_algo, _, meta = run.read_run(out)
+        num_seeds, device = meta.get("num_seeds", num_seeds), meta.get("device", device)
     cpp_wrapper = args.cpp_wrapper
     if cpp_wrapper is None:  # neither flag: the default for the run's algorithm and device
-        run_algo, device = algo, args.device
-        if args.resume:
-            run_algo, _, meta = run.read_run(out)
-            device = meta.get("device", device)
         cpp_wrapper = common.uses_cpp_wrapper_by_default(run_algo, device, compile=not args.no_compile)
+    run_threads = args.threads if args.threads is not None else common.default_threads(run_algo, num_seeds, device)
     t0 = time.perf_counter()
     installed = args.cpu_allocator == "caching" and _use_caching_cpu_allocator()
     threads = torch.get_num_threads()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    if run_threads is not None:
+        torch.set_num_threads(run_threads)
     try:
         run.train_run(
             algo,
@@ -285,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch's intra-op CPU threads for the run (torch.set_num_threads). One seed's small "
         "kernels run fastest on one thread: PPO CartPole on a 2-core CPU (C++ wrapper) trained one "
         "seed in 8.0-9.1 s on 1 thread against 12.4-14.0 s on 2; 8 vmapped seeds took 25.4-29.7 s "
-        "on 2 and 28.2-30.0 s on 1 (default: torch's, one per core)",
+        "on 2 and 28.2-30.0 s on 1 (default: 1 for one ppo seed on a CPU, else torch's, one per core)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

@@ -360,6 +360,28 @@ def uses_cpp_wrapper_by_default(algo: str, device: str | torch.device, compile: 
     return compile and algo in DEFAULT_CPP_WRAPPER_AGENTS and torch.device(device).type == "cpu"
 
 
+ONE_THREAD_AGENTS = frozenset({"ppo"})
+"""Agents whose one-seed CPU run ``funrl train`` runs on one torch thread unless ``--threads`` says
+otherwise.
+
+A one-seed PPO step is loops of kernels too small to split across cores: a second thread only
+adds OpenMP and MKL hand-offs. PPO CartPole, 500k steps, C++ wrapper (``benchmarks/agents.py
+--threads 1|2``, BENCHMARKS.md): on a 2-core Intel Xeon 8.0 / 9.1 s on one thread against 14.0 /
+12.4 s on two (and 5.9 against 6.7 s in a faster phase of that machine), on a 2-core AMD EPYC 13.3
+against 15.1 s. Several vmapped seeds keep torch's default (one thread per core): eight seeds took
+38.3 s on two threads against 52.9 s on one on the AMD machine, 25.4-29.7 against 28.2-30.0 s on
+the Intel one. SAC's and TD3's steps are 256-wide matrix products, which BLAS does split, and were
+not measured on one thread against two, so they keep torch's default too.
+"""
+
+
+def default_threads(algo: str, num_seeds: int, device: str | torch.device) -> int | None:
+    """The torch CPU threads ``funrl train`` sets when ``--threads`` is not given: 1 for one seed of
+    an agent in :data:`ONE_THREAD_AGENTS` on a CPU, None (torch's default) otherwise."""
+    one_seed_on_cpu = num_seeds == 1 and torch.device(device).type == "cpu"
+    return 1 if one_seed_on_cpu and algo in ONE_THREAD_AGENTS else None
+
+
 def check_compile_options(algo: str, batched: bool, compile: bool, options: dict[str, Any] | None) -> None:
     """Refuse inductor's C++ wrapper for a vmapped step of an agent outside
     :data:`VMAPPED_CPP_WRAPPER_AGENTS`: a ValueError naming ``options``, raised before anything is

@@ -209,15 +209,42 @@ def test_one_seed_of_a_vmapped_run_steps_unbatched_and_keeps_the_seed_dimension(
 def test_cli_threads_sets_torchs_threads_for_the_run_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """--threads sets torch's threads for the run and restores them after; without it, one PPO seed
+    on a CPU runs on one thread (ONE_THREAD_AGENTS) and everything else on torch's default, a
+    resumed run judged by the algorithm, seeds and device in its folder. Planted check: a default
+    that ignored the seed count would give the 2-seed run one thread."""
     from funrl.__main__ import main
 
     seen: list[int] = []
     monkeypatch.setattr(run, "train_run", lambda *args, **kwargs: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
-    out = str(tmp_path / "r")
-    assert main(["train", "ppo", "--total-steps", "1024", "--out", out, "--threads", "3"]) == 0
-    assert main(["train", "ppo", "--total-steps", "1024", "--out", out]) == 0
-    assert seen == [3, before] and torch.get_num_threads() == before
+    torch.set_num_threads(2)  # the suite runs on one thread (conftest): make torch's default tell
+    try:
+        out = str(tmp_path / "r")
+        base = ["train", "--total-steps", "1024", "--out", out]
+        assert main([*base, "ppo", "--threads", "3"]) == 0
+        assert main([*base, "ppo"]) == 0
+        assert main([*base, "ppo", "--seeds", "2"]) == 0
+        assert main([*base, "ppo", "--no-compile"]) == 0
+        assert main([*base, "dqn"]) == 0
+        assert seen == [3, 1, 2, 1, 2] and torch.get_num_threads() == 2
+        for algo, num_seeds, device, expected in (
+            ("ppo", 1, "cpu", 1),
+            ("ppo", 4, "cpu", 2),
+            ("ppo", 1, "cuda:0", 2),
+            ("sac", 1, "cpu", 2),
+        ):
+            folder = tmp_path / f"{algo}-{num_seeds}-{device.replace(':', '')}"
+            folder.mkdir()
+            meta = {"algo": algo, "config": {}, "seed": 0, "num_seeds": num_seeds, "device": device}
+            (folder / run.CONFIG).write_text(json.dumps(meta))
+            seen.clear()
+            assert main(["train", "--resume", "--out", str(folder)]) == 0
+            assert seen == [expected], (algo, num_seeds, device)
+    finally:
+        torch.set_num_threads(before)
+    assert common.ONE_THREAD_AGENTS == {"ppo"}
+    assert common.default_threads("ppo", 1, torch.device("cuda", 0)) is None
 
 
 def test_cli_threads_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
