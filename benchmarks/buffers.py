@@ -386,25 +386,48 @@ def _sample_call(
     return (lambda: several(state, next_keys(), BATCH)), PER_CALL, [state]
 
 
-def bench_scaling(small: int, large: int, device: torch.device, args: argparse.Namespace) -> list:
-    """Sample time at ``large`` and ``small`` capacity, every contestant's storages alive and all
-    timed in turn repeat by repeat, so that load drifting over a long run falls on every
-    contestant and capacity alike. TorchRL's row gives the sample-throughput ratio against it on
-    the same footing."""
-    names = [
-        "funrl eager",
-        "funrl compiled",
-        f"funrl compiled, {PER_CALL} per call",
-        "plain ring",
-        "plain ring, huge pages",
-    ]
-    if not args.no_torchrl:
-        names.append("torchrl ReplayBuffer")
+def _add_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[[], None], int, list]:
+    """(call, adds per call, things to keep alive) for one add contestant at ``capacity``, filled
+    first so that adds wrap. Each funrl contestant has its own storage: ``add`` donates it."""
+    fill, n_fill = fill_plan(capacity, device)
+    batch = make_batch(BATCH, device, seed=1)
+    if name.startswith("plain ring"):
+        ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
+        for _ in range(n_fill):
+            ring.add(fill)
+        return (lambda: ring.add(batch)), 1, [ring]
+    if name == "torchrl ReplayBuffer":
+        from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+        rb = ReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
+        td_fill, td_batch = fb.to_tensordict(fill), fb.to_tensordict(batch)
+        for _ in range(n_fill):
+            rb.extend(td_fill)
+        return (lambda: rb.extend(td_batch)), 1, [rb]
+    mode = {v: k for k, v in FUNRL_MODES.items()}[name]
+    do_add, _, per_call, _ = _prepare_funrl_flat(fb.flat(capacity), mode, fill, n_fill, batch, device)
+    return do_add, per_call, []
+
+
+SCALING_NAMES = [*FUNRL_MODES.values(), "plain ring", "plain ring, huge pages"]
+
+
+def bench_scaling(
+    small: int, large: int, device: torch.device, args: argparse.Namespace, what: str = "sample"
+) -> list:
+    """Time of one ``what`` ("sample" or "add") of 256 at ``large`` and ``small`` capacity, every
+    contestant's storages alive and all timed in turn repeat by repeat, so that load drifting
+    over a long run falls on every contestant and capacity alike: the table to read for the
+    1e7/1e4 ratios and for the ratios to the plain ring and to TorchRL."""
+    names = SCALING_NAMES + ([] if args.no_torchrl else ["torchrl ReplayBuffer"])
     funrl_states: dict = {}
     calls = {}
     for name in names:
         for capacity in (small, large):
-            calls[name, capacity] = _sample_call(name, capacity, device, funrl_states)
+            if what == "sample":
+                calls[name, capacity] = _sample_call(name, capacity, device, funrl_states)
+            else:
+                calls[name, capacity] = _add_call(name, capacity, device)
             calls[name, capacity][0]()  # compile before timing
     times: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in calls}
     for _ in range(args.repeats):
@@ -589,6 +612,18 @@ def print_rows(rows: list) -> None:
         )
 
 
+def print_peer_ratios(table: list, what: str, small: int, large: int) -> None:
+    """funrl eager's time against the plain ring's (the floor) and TorchRL's against funrl eager's
+    (its throughput over TorchRL's), at each capacity, from one round-robin table."""
+    wall = {name: (w_s, w_l) for name, (w_s, _), (w_l, _) in table}
+    ours, floor = wall["funrl eager"], wall["plain ring"]
+    line = f"\n{what}: funrl eager / plain ring {ours[0] / floor[0]:.2f} at {small:.0e}, {ours[1] / floor[1]:.2f} at {large:.0e}"
+    if "torchrl ReplayBuffer" in wall:
+        peer = wall["torchrl ReplayBuffer"]
+        line += f"; torchrl / funrl eager {peer[0] / ours[0]:.2f}x at {small:.0e}, {peer[1] / ours[1]:.2f}x at {large:.0e}"
+    print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -602,9 +637,11 @@ def main() -> None:
         "--flashbax-python", default=None, help="a Python with jax + flashbax: adds flashbax rows"
     )
     parser.add_argument(
-        "--no-scaling", action="store_true", help="skip the round-robin 1e4-vs-1e7 sample table"
+        "--no-scaling", action="store_true", help="skip the round-robin 1e4-vs-1e7 sample and add tables"
     )
-    parser.add_argument("--only-scaling", action="store_true", help="only the round-robin sample table")
+    parser.add_argument(
+        "--only-scaling", action="store_true", help="only the round-robin sample and add tables"
+    )
     parser.add_argument(
         "--only-gather",
         action="store_true",
@@ -649,14 +686,17 @@ def main() -> None:
     if not args.no_scaling:
         caps = sorted(int(c) for c in args.capacities.split(","))
         small, large = caps[0], caps[-1]
-        print(f"\nsample 256 at {large:.0e} against {small:.0e}, all alive, all timed in turn:\n")
-        print(f"| buffer | {small:.0e} (µs) | CPU | {large:.0e} (µs) | CPU | ratio wall | ratio CPU |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, (w_s, c_s), (w_l, c_l) in bench_scaling(small, large, device, args):
-            print(
-                f"| {name} | {w_s * 1e6:.1f} | {c_s * 1e6:.1f} | {w_l * 1e6:.1f} | {c_l * 1e6:.1f} "
-                f"| {w_l / w_s:.2f} | {c_l / c_s:.2f} |"
-            )
+        for what in ("sample", "add"):
+            print(f"\n{what} 256 at {large:.0e} against {small:.0e}, all alive, all timed in turn:\n")
+            print(f"| buffer | {small:.0e} (µs) | CPU | {large:.0e} (µs) | CPU | ratio wall | ratio CPU |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            table = bench_scaling(small, large, device, args, what)
+            for name, (w_s, c_s), (w_l, c_l) in table:
+                print(
+                    f"| {name} | {w_s * 1e6:.1f} | {c_s * 1e6:.1f} | {w_l * 1e6:.1f} | {c_l * 1e6:.1f} "
+                    f"| {w_l / w_s:.2f} | {c_l / c_s:.2f} |"
+                )
+            print_peer_ratios(table, what, small, large)
     # What any compiled call costs here before doing work: guards, wrappers, launching one kernel.
     count = torch.zeros((), dtype=torch.int64, device=device)
     one_op = fcompile(lambda c: c + BATCH, dynamic=False)
