@@ -350,26 +350,40 @@ def flashbax_rows(result: dict, capacity: int) -> list:
     ]
 
 
+def _filled_ring(name: str, capacity: int, device: torch.device) -> PlainRing:
+    """The plain ring of contestant ``name`` (huge pages or not), filled to ``capacity``."""
+    fill, n_fill = fill_plan(capacity, device)
+    ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
+    for _ in range(n_fill):
+        ring.add(fill)
+    return ring
+
+
+def _filled_torchrl(capacity: int, device: torch.device):
+    """TorchRL's ``ReplayBuffer(LazyTensorStorage)``, filled to ``capacity``."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    fill, n_fill = fill_plan(capacity, device)
+    rb = ReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
+    td_fill = fb.to_tensordict(fill)
+    for _ in range(n_fill):
+        rb.extend(td_fill)
+    return rb
+
+
 def _sample_call(
     name: str, capacity: int, device: torch.device, funrl_states: dict
 ) -> tuple[Callable[[], None], int, list]:
     """(call, samples per call, things to keep alive) for one scaling contestant at ``capacity``.
     The funrl contestants only sample, so they share one filled state per capacity
     (``funrl_states``), each with its own keys."""
-    fill, n_fill = fill_plan(capacity, device)
     if name.startswith("plain ring"):
-        ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
-        for _ in range(n_fill):
-            ring.add(fill)
+        ring = _filled_ring(name, capacity, device)
         return (lambda: ring.sample(BATCH)), 1, [ring]
     if name == "torchrl ReplayBuffer":
-        from torchrl.data import LazyTensorStorage, ReplayBuffer
-
-        rb = ReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
-        td_fill = fb.to_tensordict(fill)
-        for _ in range(n_fill):
-            rb.extend(td_fill)
+        rb = _filled_torchrl(capacity, device)
         return (lambda: rb.sample()), 1, [rb]
+    fill, n_fill = fill_plan(capacity, device)
     buf = fb.flat(capacity)
     if capacity not in funrl_states:
         state = buf.init(example_item(device))
@@ -389,21 +403,14 @@ def _sample_call(
 def _add_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[[], None], int, list]:
     """(call, adds per call, things to keep alive) for one add contestant at ``capacity``, filled
     first so that adds wrap. Each funrl contestant has its own storage: ``add`` donates it."""
-    fill, n_fill = fill_plan(capacity, device)
     batch = make_batch(BATCH, device, seed=1)
     if name.startswith("plain ring"):
-        ring = PlainRing(capacity, device, huge_pages=name.endswith("huge pages"))
-        for _ in range(n_fill):
-            ring.add(fill)
+        ring = _filled_ring(name, capacity, device)
         return (lambda: ring.add(batch)), 1, [ring]
     if name == "torchrl ReplayBuffer":
-        from torchrl.data import LazyTensorStorage, ReplayBuffer
-
-        rb = ReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=BATCH)
-        td_fill, td_batch = fb.to_tensordict(fill), fb.to_tensordict(batch)
-        for _ in range(n_fill):
-            rb.extend(td_fill)
+        rb, td_batch = _filled_torchrl(capacity, device), fb.to_tensordict(batch)
         return (lambda: rb.extend(td_batch)), 1, [rb]
+    fill, n_fill = fill_plan(capacity, device)
     mode = {v: k for k, v in FUNRL_MODES.items()}[name]
     do_add, _, per_call, _ = _prepare_funrl_flat(fb.flat(capacity), mode, fill, n_fill, batch, device)
     return do_add, per_call, []
