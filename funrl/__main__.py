@@ -147,7 +147,9 @@ def _train(args: argparse.Namespace) -> int:
     cpp_wrapper = args.cpp_wrapper
     if cpp_wrapper is None:  # neither flag: the default for the run's algorithm and device
         cpp_wrapper = common.uses_cpp_wrapper_by_default(run_algo, device, compile=not args.no_compile)
-    run_threads = args.threads if args.threads is not None else common.default_threads(run_algo, num_seeds, device)
+    run_threads = args.threads
+    if run_threads is None:
+        run_threads = common.default_threads(run_algo, num_seeds, device)
     t0 = time.perf_counter()
     installed = args.cpu_allocator == "caching" and _use_caching_cpu_allocator()
     threads = torch.get_num_threads()
