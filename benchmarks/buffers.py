@@ -172,8 +172,9 @@ class PlainRing:
 PER_CALL = 8
 
 
-def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
-    """A filled ``buf`` in ``mode``: ``(do_add, do_sample, per_call, compile_s)``."""
+def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device, warm_sample: bool = True) -> tuple:
+    """A filled ``buf`` in ``mode``: ``(do_add, do_sample, per_call, compile_s)``; compiled modes
+    are compiled here (the sample only if ``warm_sample``: an add-only contestant never samples)."""
     state = buf.init(example_item(device))
     for _ in range(n_fill):
         state = buf.add(state, fill)
@@ -211,7 +212,8 @@ def _prepare_funrl_flat(buf, mode, fill, n_fill, batch, device) -> tuple:
     if mode != "eager":
         start = time.perf_counter()
         do_add()
-        do_sample()
+        if warm_sample:
+            do_sample()
         sync(device)
         compile_s = time.perf_counter() - start
     return do_add, do_sample, per_call, compile_s
@@ -230,6 +232,7 @@ FUNRL_MODES = {
     "compiled": "funrl compiled",
     "several": f"funrl compiled, {PER_CALL} per call",
 }
+MODE_OF = {name: mode for mode, name in FUNRL_MODES.items()}
 
 
 def bench_head_to_head(capacity: int, device: torch.device, args: argparse.Namespace) -> list:
@@ -411,8 +414,9 @@ def _add_call(name: str, capacity: int, device: torch.device) -> tuple[Callable[
         rb, td_batch = _filled_torchrl(capacity, device), fb.to_tensordict(batch)
         return (lambda: rb.extend(td_batch)), 1, [rb]
     fill, n_fill = fill_plan(capacity, device)
-    mode = {v: k for k, v in FUNRL_MODES.items()}[name]
-    do_add, _, per_call, _ = _prepare_funrl_flat(fb.flat(capacity), mode, fill, n_fill, batch, device)
+    do_add, _, per_call, _ = _prepare_funrl_flat(
+        fb.flat(capacity), MODE_OF[name], fill, n_fill, batch, device, warm_sample=False
+    )
     return do_add, per_call, []
 
 
