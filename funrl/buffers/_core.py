@@ -20,6 +20,8 @@ Shared cells are shape ``[1]``, not 0-d: torch 2.13's inductor drops an in-place
 
 from __future__ import annotations
 
+import array
+import ctypes
 import math
 import mmap
 from collections.abc import Callable, Sequence
@@ -28,6 +30,7 @@ from typing import Any, NamedTuple
 import optree
 import torch
 
+from funrl import _native
 from funrl.buffers._storage import ItemLayout, layout_of, packed_type, path_str, unpack
 
 __all__ = ["Buffer", "Sample", "StaleStateError"]
@@ -324,6 +327,65 @@ def write_ring_slices(stored: Sequence[torch.Tensor], head: int, new: Sequence[t
         else:  # wraps: the rest goes to the front
             s.narrow(0, head, first).copy_(b.narrow(0, 0, first))
             s.narrow(0, 0, length - first).copy_(b.narrow(0, first, length - first))
+
+
+def _declare_ring_rows(lib: ctypes.CDLL) -> None:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.funrl_write_ring_rows.argtypes = [i64, ptr, ptr, ptr, i64, i64, i64, i64]
+    lib.funrl_write_ring_rows.restype = None
+
+
+# Eager CPU adds write their rows in C++ (funrl/_csrc/ring_rows.cpp): the torch ops they replace
+# (row views, reshapes, a cat or a copy per dtype group) were most of an eager add's time.
+_RING_ROWS = _native.LazyLibrary("ring_rows.cpp", "funrl.buffers", "the eager add kernel", _declare_ring_rows)
+_RING_PLANS: dict[ItemLayout, tuple[Any, Any]] = {}
+
+
+def _ring_plan(layout: ItemLayout) -> tuple[Any, Any]:
+    """``(plan, row_bytes)`` of ``funrl_write_ring_rows`` for ``layout``: per leaf its group, its
+    first byte in the group's row and its bytes; per group its row bytes."""
+    plan = _RING_PLANS.get(layout)
+    if plan is None:
+        columns, entries = [0] * len(layout.dtypes), []
+        for group, width in zip(layout.groups, layout.leaf_widths, strict=True):
+            size = width * layout.dtypes[group].itemsize
+            entries += [group, columns[group], size]
+            columns[group] += size
+        plan = ((ctypes.c_int64 * len(entries))(*entries), (ctypes.c_int64 * len(columns))(*columns))
+        _RING_PLANS[layout] = plan
+    return plan
+
+
+def write_ring_native(experience: Any, leaves: list[torch.Tensor], head: int, steps: int) -> bool:
+    """Eager twin of the ring writes in one C++ call: step ``t`` of each batch row of ``leaves``
+    (``[*outer, steps, *item_shape]``) goes to row ``(head + t) % ring`` of the packed storage
+    ``[*outer, ring, width]``; ``head < ring``, ``steps <= ring``.
+
+    For an eager add only, after :func:`check_fresh` read the count (so no transform is active)
+    and :func:`check_batch_leaves` passed (so the leaves match the storage's dtypes, shapes and
+    device). Returns False, having written nothing, where the kernel may not stand in for torch
+    ops: a mode or tracer records them, a tensor is a subclass (a memory-mapped storage, say) or
+    not on the CPU, a leaf is not contiguous, or the kernel could not be built. The caller then
+    writes with torch ops.
+    """
+    stored = experience[0]
+    if not (stored.is_cpu and _native.plain_eager()):
+        return False
+    for x in (*leaves, *experience):
+        if type(x) is not torch.Tensor or not x.is_contiguous():
+            return False
+    lib = _RING_ROWS.get()
+    if lib is None:
+        return False
+    plan, row_bytes = _ring_plan(layout_of(experience))
+    # array.array: a pointer table in one call, about half what a ctypes array costs.
+    pointers = array.array("q", [x.data_ptr() for x in leaves] + [g.data_ptr() for g in experience])
+    ring = stored.shape[-2]
+    outer = math.prod(stored.shape[:-2])
+    lib.funrl_write_ring_rows(
+        len(leaves), plan, row_bytes, pointers.buffer_info()[0], outer, steps, head, ring
+    )
+    return True
 
 
 def gather_rows(experience: Any, rows: torch.Tensor) -> Tree:

@@ -23,6 +23,7 @@ from funrl.buffers._core import (
     gather_rows,
     init_storage,
     ring_rows,
+    write_ring_native,
     write_ring_slices,
     write_rows,
 )
@@ -67,9 +68,10 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     The last ``written = min(B, capacity)`` items of the batch land in rows
     ``ring_rows(start, written, capacity)``. Traced (compile, vmap), the batch is packed (one
     ``cat`` per dtype) and written with one ``index_put_`` per dtype group. Eager on one buffer,
-    the head is read once (the stale-state check reads the counters anyway) and each group's rows
-    are written in place with no index tensor: by one ``cat`` straight into them, or, where the
-    rows wrap around, packed and copied in two slices.
+    the head is read once (the stale-state check reads the counters anyway) and the rows are
+    written in place with no index tensor: on the CPU by one C++ call
+    (:func:`~funrl.buffers._core.write_ring_native`), else per group by one ``cat`` straight into
+    them or, where the rows wrap around, packed and copied in two slices.
     """
     (batch_size,), leaves = check_batch_leaves(batch, state.experience, batch_ndim=1)
     count = check_fresh(state.count, state.storage_count, "add")
@@ -77,17 +79,24 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     skipped = max(0, batch_size - capacity)
     if skipped:
         leaves = [x[skipped:] for x in leaves]
-    layout = layout_of(state.experience)
     start = state.count + skipped if skipped else state.count
     written = batch_size - skipped
     if count is None:  # traced, or stacked states
-        write_rows(state.experience, (ring_rows(start, written, capacity),), pack(layout, leaves, (written,)))
-    elif (head := (count + skipped) % capacity) + written <= capacity:  # eager, no wrap: into the rows
-        pack_into(layout, leaves, [g.narrow(0, head, written) for g in state.experience])
-    else:
-        write_ring_slices(state.experience, head, pack(layout, leaves, (written,)))
-    new_count = state.count + batch_size
-    state.storage_count.copy_(new_count)
+        rows = ring_rows(start, written, capacity)
+        write_rows(state.experience, (rows,), pack(layout_of(state.experience), leaves, (written,)))
+        new_count = state.count + batch_size
+        state.storage_count.copy_(new_count)
+        return new_count, start, written
+    head = (count + skipped) % capacity
+    if not write_ring_native(state.experience, leaves, head, written):
+        layout = layout_of(state.experience)
+        if head + written <= capacity:  # no wrap: into the rows
+            pack_into(layout, leaves, [g.narrow(0, head, written) for g in state.experience])
+        else:
+            write_ring_slices(state.experience, head, pack(layout, leaves, (written,)))
+    # The new count from the Python int: a fill is cheaper eagerly than arithmetic on the tensor.
+    new_count = torch.full((), count + batch_size, dtype=torch.int64, device=state.count.device)
+    state.storage_count.fill_(count + batch_size)
     return new_count, start, written
 
 
