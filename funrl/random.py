@@ -406,6 +406,14 @@ def uniform(
     _check_float_dtype(dtype)
     shape = _as_shape(shape)
     u = _unit_uniform(key, shape, dtype)
+    if (
+        not isinstance(minval, torch.Tensor)
+        and not isinstance(maxval, torch.Tensor)
+        and (minval, maxval) == (0, 1)
+    ):
+        # Already in [0, 1): the scaling and clamping below would leave every value as it is, in
+        # nine eager ops (most of a small draw's time).
+        return u
     out = u * (maxval - minval) + minval
     low = torch.as_tensor(minval, dtype=dtype, device=key.device)
     high = torch.as_tensor(maxval, dtype=dtype, device=key.device)

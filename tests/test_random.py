@@ -583,6 +583,18 @@ def test_uniform_in_half_open_interval(seed, a, width, dtype):
     assert (u >= lo).all() and (u < hi).all()
 
 
+@given(seed=seeds, n=st.integers(0, 300), dtype=st.sampled_from(FLOATS))
+def test_unit_uniform_shortcut_equals_the_scaled_and_clamped_draw(seed, n, dtype):
+    # Python bounds 0 and 1 return the unit draw as it is; tensor bounds take the general path.
+    unit = R.uniform(R.key(seed), (n,), dtype)
+    general = R.uniform(
+        R.key(seed), (n,), dtype, torch.tensor(0.0, dtype=dtype), torch.tensor(1.0, dtype=dtype)
+    )
+    assert unit.dtype == general.dtype == dtype
+    assert torch.equal(unit, general) and torch.equal(R.uniform(R.key(seed), (n,), dtype, 0, 1), unit)
+    assert (unit >= 0).all() and (unit < 1).all()
+
+
 @given(seed=seeds, low=st.integers(-(2**40), 2**40), span=st.integers(1, 2**40))
 def test_randint_in_half_open_range(seed, low, span):
     x = R.randint(R.key(seed), (64,), low, low + span)

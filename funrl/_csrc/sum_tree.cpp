@@ -2,24 +2,29 @@
 // few torch ops per tree level (~20 levels at 1e6 items). Same float64 operations, in the same
 // order, as the torch ops there (tests/buffers compare them).
 #include <cstdint>
+#include <vector>
 
 extern "C" {
 
-// out[i]: the item whose cumulative interval holds targets[i] (sum_tree.find's descent).
+// out[i]: the item whose cumulative interval holds targets[i] (sum_tree.find's descent). Level by
+// level over all targets rather than target by target: each target's next read depends on its
+// last, so one descent at a time waits on every cache miss in turn; a level of all targets issues
+// their reads together. out holds each target's node while descending.
 void funrl_sum_tree_find(const double* tree, int64_t depth, int64_t num_leaves,
                          const double* targets, int64_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t node = 1;
-    double remaining = targets[i];
-    for (int64_t level = 0; level < depth; ++level) {
+  std::vector<double> remaining(targets, targets + n);
+  for (int64_t i = 0; i < n; ++i) out[i] = 1;
+  for (int64_t level = 0; level < depth; ++level) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t node = out[i];
       const double left = tree[2 * node];
       const double right = tree[2 * node + 1];
-      const bool go_right = (remaining >= left && right > 0) || left <= 0;
-      if (go_right) remaining = remaining - left;
-      node = 2 * node + (go_right ? 1 : 0);
+      const bool go_right = (remaining[i] >= left && right > 0) || left <= 0;
+      if (go_right) remaining[i] = remaining[i] - left;
+      out[i] = 2 * node + (go_right ? 1 : 0);
     }
-    out[i] = node - num_leaves;
   }
+  for (int64_t i = 0; i < n; ++i) out[i] -= num_leaves;
 }
 
 // Leaves idx[i] := values[i], then every ancestor, level by level, := the sum of its children

@@ -104,6 +104,15 @@ def test_update_priorities_bad_input():
         buf.update_priorities(state, torch.tensor([0]), torch.tensor([-1.0]))
     with pytest.raises(ValueError, match="priorities: expected finite non-negative"):
         buf.update_priorities(state, torch.tensor([0]), torch.tensor([float("nan")]))
+    for bad in ([0.5, float("nan"), 2.0], [1.0, 0.5, float("inf")], [2.0, -0.0, -1e-30]):
+        with pytest.raises(ValueError, match="priorities: expected finite non-negative"):
+            buf.update_priorities(state, torch.tensor([0, 1, 2]), torch.tensor(bad, dtype=torch.float64))
+    for bad in ([-1], [0, 5, 1], [3, -2]):
+        with pytest.raises(ValueError, match=r"indices: expected values in \[0, 4\)"):
+            buf.update_priorities(state, torch.tensor(bad), torch.ones(len(bad)))
+    # nothing was written by the refused calls; a good one still goes through
+    assert sum_tree.leaf_values(state.sum_tree, torch.arange(4)).tolist() == [1.0] * 4
+    buf.update_priorities(state, torch.tensor([0, 3]), torch.tensor([0.0, 2.0], dtype=torch.float16))
     with pytest.raises(ValueError, match=r"priorities: expected shape \[2\]"):
         buf.update_priorities(state, torch.tensor([0, 1]), torch.tensor([1.0]))
     with pytest.raises(TypeError, match="indices: expected an int64 tensor"):
