@@ -329,6 +329,15 @@ def write_ring_slices(stored: Sequence[torch.Tensor], head: int, new: Sequence[t
             s.narrow(0, 0, length - first).copy_(b.narrow(0, first, length - first))
 
 
+def unaliased(experience: Any, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``leaves``, cloned if one lies inside the storage (items re-added from ``storage_items``
+    views): an eager in-place write would otherwise read rows it has already overwritten."""
+    bounds = [(g.data_ptr(), g.data_ptr() + g.nbytes) for g in experience]
+    if any(low <= x.data_ptr() < high for x in leaves for low, high in bounds):
+        return [x.clone() for x in leaves]
+    return leaves
+
+
 def _declare_ring_rows(lib: ctypes.CDLL) -> None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.funrl_write_ring_rows.argtypes = [i64, ptr, ptr, ptr, i64, i64, i64, i64]

@@ -23,6 +23,7 @@ from funrl.buffers._core import (
     gather_rows,
     init_storage,
     ring_rows,
+    unaliased,
     write_ring_native,
     write_ring_slices,
     write_rows,
@@ -88,6 +89,7 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
         state.storage_count.copy_(new_count)
         return new_count, start, written
     head = (count + skipped) % capacity
+    leaves = unaliased(state.experience, leaves)
     if not write_ring_native(state.experience, leaves, head, written):
         layout = layout_of(state.experience)
         if head + written <= capacity:  # no wrap: into the rows

@@ -26,6 +26,7 @@ from funrl.buffers._core import (
     check_sample_count,
     init_storage,
     ring_rows,
+    unaliased,
     write_ring_native,
     write_rows,
 )
@@ -91,9 +92,11 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
             f"{config.max_length}, sequence_length={config.sequence_length}), got {steps}"
         )
     count = check_fresh(state.count, state.storage_count, "add")
-    if count is not None and write_ring_native(state.experience, leaves, count % config.max_length, steps):
-        state.storage_count.fill_(count + steps)
-        return torch.full((), count + steps, dtype=torch.int64, device=state.count.device), steps
+    if count is not None:  # eager, one buffer
+        leaves = unaliased(state.experience, leaves)
+        if write_ring_native(state.experience, leaves, count % config.max_length, steps):
+            state.storage_count.fill_(count + steps)
+            return torch.full((), count + steps, dtype=torch.int64, device=state.count.device), steps
     device = state.count.device
     times = ring_rows(state.count, steps, config.max_length)
     envs = torch.arange(num_envs, device=device)

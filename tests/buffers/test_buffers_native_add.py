@@ -161,3 +161,29 @@ def test_a_dispatch_mode_sees_the_writes_as_torch_ops(buffer):
     assert writes, recorder.ops
     stored = fb.storage_items(new.experience)["obs"].reshape(-1, 3)
     assert stored.abs().sum() == batch["obs"].abs().sum()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["kernel", "torch-ops"])
+@pytest.mark.parametrize("buffer", ["flat", "trajectory"])
+def test_re_adding_stored_items_as_views_writes_their_values_before_the_add(buffer, native):
+    # Views of the storage's own rows, written one row after them (head 6 <- row 5, 7 <- 6, ...):
+    # every item must land as it was before the add, where a row-by-row copy in place would read
+    # row 6 after writing it.
+    example = {"obs": torch.zeros(2), "done": torch.zeros((), dtype=torch.bool)}
+    if buffer == "flat":
+        buf, module, first = fb.flat(8), flat_buffer, transition(6)
+        first["obs"] = first["obs"][:, :2]
+        view = lambda state: _core.tree_map(lambda x: x[5:8], fb.storage_items(state.experience))  # noqa: E731
+    else:
+        buf, module = fb.trajectory(2, 8, sequence_length=1), trajectory_buffer
+        first = _core.tree_map(lambda x: x.reshape(2, 3, *x.shape[1:]), transition(6))
+        first["obs"] = first["obs"][..., :2]
+        view = lambda state: _core.tree_map(lambda x: x[:, 2:5], fb.storage_items(state.experience))  # noqa: E731
+    state = buf.add(buf.init(example), first)
+    expected = _core.tree_map(torch.clone, view(state))
+    reference = buf.add(fb.copy_state(state), expected)
+    with mock.patch.object(
+        module, "write_ring_native", _core.write_ring_native if native else lambda *a: False
+    ):
+        state = buf.add(state, view(state))
+    assert all(torch.equal(a, b) for a, b in zip(state.experience, reference.experience, strict=True))
