@@ -133,6 +133,18 @@ def test_a_non_contiguous_leaf_is_written_by_torch_ops():
     assert torch.equal(fb.items_in_order(state)["obs"], transition(4)["obs"])
 
 
+def test_a_tensor_subclass_leaf_is_written_by_torch_ops():
+    buf = fb.flat(5)
+    state = buf.init({"obs": torch.zeros(3), "done": torch.zeros((), dtype=torch.bool)})
+    batch = transition(4)
+    batch["obs"] = torch.nn.Parameter(batch["obs"], requires_grad=False)  # a subclass of Tensor
+    results, spy = recording_native_calls()
+    with mock.patch.object(flat_buffer, "write_ring_native", spy):
+        state = buf.add(state, batch)
+    assert results == [False]
+    assert torch.equal(fb.items_in_order(state)["obs"], transition(4)["obs"])
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
