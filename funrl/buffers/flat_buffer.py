@@ -16,6 +16,7 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
+    advanced_count,
     check_batch_leaves,
     check_capacity,
     check_fresh,
@@ -96,10 +97,7 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
             pack_into(layout, leaves, [g.narrow(0, head, written) for g in state.experience])
         else:
             write_ring_slices(state.experience, head, pack(layout, leaves, (written,)))
-    # The new count from the Python int: a fill is cheaper eagerly than arithmetic on the tensor.
-    new_count = torch.full((), count + batch_size, dtype=torch.int64, device=state.count.device)
-    state.storage_count.fill_(count + batch_size)
-    return new_count, start, written
+    return advanced_count(state, count + batch_size), start, written
 
 
 def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:

@@ -20,6 +20,7 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
+    advanced_count,
     check_batch_leaves,
     check_capacity,
     check_fresh,
@@ -95,8 +96,7 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
     if count is not None:  # eager, one buffer
         leaves = unaliased(state.experience, leaves)
         if write_ring_native(state.experience, leaves, count % config.max_length, steps):
-            state.storage_count.fill_(count + steps)
-            return torch.full((), count + steps, dtype=torch.int64, device=state.count.device), steps
+            return advanced_count(state, count + steps), steps
     device = state.count.device
     times = ring_rows(state.count, steps, config.max_length)
     envs = torch.arange(num_envs, device=device)

@@ -185,13 +185,17 @@ def test_re_adding_stored_items_as_views_writes_their_values_before_the_add(buff
     if buffer == "flat":
         buf, module, first = fb.flat(8), flat_buffer, transition(6)
         first["obs"] = first["obs"][:, :2]
-        view = lambda state: _core.tree_map(lambda x: x[5:8], fb.storage_items(state.experience))  # noqa: E731
+        rows = (slice(5, 8),)
     else:
         buf, module = fb.trajectory(2, 8, sequence_length=1), trajectory_buffer
         first = _core.tree_map(lambda x: x.reshape(2, 3, *x.shape[1:]), transition(6))
         first["obs"] = first["obs"][..., :2]
-        view = lambda state: _core.tree_map(lambda x: x[:, 2:5], fb.storage_items(state.experience))  # noqa: E731
+        rows = (slice(None), slice(2, 5))
     state = buf.add(buf.init(example), first)
+
+    def view(state):
+        return _core.tree_map(lambda x: x[rows], fb.storage_items(state.experience))
+
     expected = _core.tree_map(torch.clone, view(state))
     reference = buf.add(fb.copy_state(state), expected)
     with mock.patch.object(
