@@ -453,3 +453,43 @@ def test_compiling_a_vmapped_scan_prints_no_trace_time_fallback_warning(variant)
     assert result.returncode == 0, result.stderr
     warned = "batching rule for aten::select_copy.int" in result.stderr
     assert warned == (variant == "drop-filter"), result.stderr
+
+
+ZEN3_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu sse sse2 avx fma avx2 bmi2
+processor\t: 1
+vendor_id\t: GenuineIntel
+flags\t\t: avx512f
+"""
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "slow"),
+    [
+        (ZEN3_CPUINFO, True),  # later processors' lines are not read
+        (ZEN3_CPUINFO.replace("avx2", "avx2 avx512f"), False),  # Zen 4: AVX-512 kernels, mask registers
+        (ZEN3_CPUINFO.replace("AuthenticAMD", "GenuineIntel"), False),
+        (ZEN3_CPUINFO.replace(" avx2", ""), False),  # no AVX2: no vmaskmovps in the kernels
+        ("flags\t: avx avx2\nvendor_id\t: AuthenticAMD\n", True),  # field order does not matter
+        ("", False),
+    ],
+)
+def test_masked_moves_are_slow_only_on_amd_cpus_with_avx2_kernels(cpuinfo: str, slow: bool):
+    from funrl.control import masked_moves_are_slow
+
+    assert masked_moves_are_slow(cpuinfo) is slow
+
+
+def test_inductor_options_keep_the_loop_tail_scalar_exactly_on_such_cpus():
+    import funrl.control as control
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            slow = control.masked_moves_are_slow(f.read())
+    except OSError:
+        slow = False
+    assert ("cpp.enable_loop_tail_vec" in control.INDUCTOR_OPTIONS) is slow
+    assert control.INDUCTOR_OPTIONS.get("cpp.enable_loop_tail_vec", False) is False
