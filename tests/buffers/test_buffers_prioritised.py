@@ -97,28 +97,40 @@ def test_new_items_get_the_max_priority_seen():
     check_tree_consistent(state.sum_tree, 6)
 
 
-def test_update_priorities_bad_input():
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        # The bounds come back in one transfer off the CPU: that path runs where a GPU is lent.
+        pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")),
+    ],
+)
+def test_update_priorities_bad_input(device: str):
     buf = fb.prioritised(4)
-    state = buf.add(buf.init({"x": torch.zeros(())}), {"x": torch.zeros(4)})
+    state = buf.add(buf.init({"x": torch.zeros((), device=device)}), {"x": torch.zeros(4, device=device)})
+
+    def tensor(values, **kwargs):
+        return torch.tensor(values, device=device, **kwargs)
+
     with pytest.raises(ValueError, match="priorities: expected finite non-negative"):
-        buf.update_priorities(state, torch.tensor([0]), torch.tensor([-1.0]))
+        buf.update_priorities(state, tensor([0]), tensor([-1.0]))
     with pytest.raises(ValueError, match="priorities: expected finite non-negative"):
-        buf.update_priorities(state, torch.tensor([0]), torch.tensor([float("nan")]))
+        buf.update_priorities(state, tensor([0]), tensor([float("nan")]))
     for bad in ([0.5, float("nan"), 2.0], [1.0, 0.5, float("inf")], [2.0, -0.0, -1e-30]):
         with pytest.raises(ValueError, match="priorities: expected finite non-negative"):
-            buf.update_priorities(state, torch.tensor([0, 1, 2]), torch.tensor(bad, dtype=torch.float64))
+            buf.update_priorities(state, tensor([0, 1, 2]), tensor(bad, dtype=torch.float64))
     for bad in ([-1], [0, 5, 1], [3, -2]):
         with pytest.raises(ValueError, match=r"indices: expected values in \[0, 4\)"):
-            buf.update_priorities(state, torch.tensor(bad), torch.ones(len(bad)))
+            buf.update_priorities(state, tensor(bad), torch.ones(len(bad), device=device))
     # nothing was written by the refused calls; a good one still goes through
-    assert sum_tree.leaf_values(state.sum_tree, torch.arange(4)).tolist() == [1.0] * 4
-    buf.update_priorities(state, torch.tensor([0, 3]), torch.tensor([0.0, 2.0], dtype=torch.float16))
+    assert sum_tree.leaf_values(state.sum_tree, tensor(range(4))).tolist() == [1.0] * 4
+    buf.update_priorities(state, tensor([0, 3]), tensor([0.0, 2.0], dtype=torch.float16))
     with pytest.raises(ValueError, match=r"priorities: expected shape \[2\]"):
-        buf.update_priorities(state, torch.tensor([0, 1]), torch.tensor([1.0]))
+        buf.update_priorities(state, tensor([0, 1]), tensor([1.0]))
     with pytest.raises(TypeError, match="indices: expected an int64 tensor"):
-        buf.update_priorities(state, torch.tensor([0.0]), torch.tensor([1.0]))
+        buf.update_priorities(state, tensor([0.0]), tensor([1.0]))
     with pytest.raises(ValueError, match=r"indices: expected values in \[0, 4\)"):
-        buf.update_priorities(state, torch.tensor([4]), torch.tensor([1.0]))
+        buf.update_priorities(state, tensor([4]), tensor([1.0]))
     with pytest.raises(ValueError, match="alpha: expected a non-negative float"):
         fb.prioritised(4, alpha=-1.0)
 
