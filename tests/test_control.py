@@ -493,3 +493,20 @@ def test_inductor_options_keep_the_loop_tail_scalar_exactly_on_such_cpus():
         slow = False
     assert ("cpp.enable_loop_tail_vec" in control.INDUCTOR_OPTIONS) is slow
     assert control.INDUCTOR_OPTIONS.get("cpp.enable_loop_tail_vec", False) is False
+
+
+def test_scalar_loop_tail_keeps_a_compiled_gather_equal_to_eager():
+    """The option INDUCTOR_OPTIONS adds on AMD CPUs with AVX2 kernels, forced here on any CPU:
+    rows of 41 floats (a partial last vector) and a bool column, gathered and scaled, compiled
+    equal eager bit for bit."""
+    from funrl.control import compile
+
+    def gather(floats: torch.Tensor, flags: torch.Tensor, rows: torch.Tensor):
+        return torch.index_select(floats, 0, rows) * 2.0, torch.index_select(flags, 0, rows)
+
+    floats = R.normal(R.key(3), (1000, 41))
+    flags = R.uniform(R.key(4), (1000, 1)) > 0.5
+    rows = R.randint(R.key(5), (256,), 0, 1000)
+    expected = gather(floats, flags, rows)
+    got = compile(gather, options={"cpp.enable_loop_tail_vec": False})(floats, flags, rows)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
