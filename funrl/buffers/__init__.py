@@ -11,9 +11,10 @@
 on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
 ``add`` and ``sample`` cost O(batch), vmap over stacked states (one buffer per seed) and compile
 with ``torch.compile(fullgraph=True)``. Eager ``add`` is about as cheap as a hand-written ring
-buffer. Storage is packed: one ``[capacity, width]`` tensor per dtype, a row per item, so a sampled
-item is read from one place per dtype rather than one per leaf (``storage_items(state.experience)``
-gives the item pytree of views). CPU storages of 2 MiB or more are backed by
+buffer. Storage is packed: one ``[capacity, width]`` tensor per dtype, a row per item, with bool
+leaves as bytes at the end of the largest 4- or 8-byte dtype's row, so a sampled transition is
+read from one place rather than one per leaf (``storage_items(state.experience)`` gives the item
+pytree of views). CPU storages of 2 MiB or more are backed by
 transparent huge pages, so random rows of a multi-gigabyte buffer do not each cost a page walk.
 
 Also here:

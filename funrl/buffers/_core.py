@@ -31,7 +31,7 @@ import optree
 import torch
 
 from funrl import _native
-from funrl.buffers._storage import ItemLayout, layout_of, packed_type, path_str, unpack
+from funrl.buffers._storage import ItemLayout, in_transform, layout_of, packed_type, path_str, unpack
 
 __all__ = ["Buffer", "Sample", "StaleStateError"]
 
@@ -56,7 +56,8 @@ class Sample(NamedTuple):
     """What ``sample`` returns.
 
     items:   the sampled pytree, leaves ``[batch_size, ...]`` (``[batch_size, L, ...]`` for
-             trajectory buffers); leaves of one dtype are views of one gathered block.
+             trajectory buffers); eagerly, views of one gathered block per dtype (bool leaves
+             hosted in another dtype's row: of its bytes; traced, computed from it).
     indices: int64 ``[batch_size]``, the storage positions sampled (what ``update_priorities``
              takes).
     weights: float32 ``[batch_size]``, importance weights (all ones for uniform buffers).
@@ -69,14 +70,6 @@ class Sample(NamedTuple):
 
 class StaleStateError(RuntimeError):
     """A buffer state was used after ``add`` returned a newer one for the same storage."""
-
-
-def in_transform() -> bool:
-    """True while ``torch.compile`` traces or a ``torch.func`` transform (vmap, grad) is active.
-
-    Value-dependent checks (host syncs) run only when this is False.
-    """
-    return torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None
 
 
 def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> int | None:
@@ -254,7 +247,7 @@ def _valid_batch_dims(
     for i, leaf in enumerate(leaves):
         if (
             not isinstance(leaf, torch.Tensor)
-            or leaf.dtype is not layout.dtypes[layout.groups[i]]
+            or leaf.dtype is not layout.leaf_dtypes[i]
             or leaf.shape != dims + layout.shapes[i]
             or leaf.device != device
         ):
@@ -270,7 +263,7 @@ def _raise_bad_leaf(
     where = f"{name}: leaf {paths[i]}"
     if not isinstance(leaf, torch.Tensor):
         raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
-    dtype = layout.dtypes[layout.groups[i]]
+    dtype = layout.leaf_dtypes[i]
     if leaf.dtype != dtype:
         raise TypeError(f"{where} expected dtype {dtype} (as given to init), got {leaf.dtype}")
     item_shape = layout.shapes[i]
@@ -363,11 +356,12 @@ def _ring_plan(layout: ItemLayout) -> tuple[Any, Any]:
     first byte in the group's row and its bytes; per group its row bytes."""
     plan = _RING_PLANS.get(layout)
     if plan is None:
-        columns, entries = [0] * len(layout.dtypes), []
-        for group, width in zip(layout.groups, layout.leaf_widths, strict=True):
-            size = width * layout.dtypes[group].itemsize
-            entries += [group, columns[group], size]
-            columns[group] += size
+        entries = []
+        for group, offset, width, dtype in zip(
+            layout.groups, layout.offsets, layout.leaf_widths, layout.leaf_dtypes, strict=True
+        ):
+            entries += [group, offset, width * dtype.itemsize]
+        columns = [w * d.itemsize for w, d in zip(layout.widths, layout.dtypes, strict=True)]
         plan = ((ctypes.c_int64 * len(entries))(*entries), (ctypes.c_int64 * len(columns))(*columns))
         _RING_PLANS[layout] = plan
     return plan
@@ -409,7 +403,7 @@ def write_ring_native(experience: Any, leaves: list[torch.Tensor], head: int, st
 
 def gather_rows(experience: Any, rows: torch.Tensor) -> Tree:
     """The items at rows ``rows`` (``[B]``, each in ``[0, capacity)``) of a packed storage: leaves
-    ``[B, *item_shape]``, views of one gathered block per dtype.
+    ``[B, *item_shape]``, views of one gathered block per dtype (see ``Sample.items``).
 
     ``index_select`` rather than ``group[rows]``: the same gather under compile and vmap, and
     eagerly a few microseconds where indexing parses an index tuple for about 12.

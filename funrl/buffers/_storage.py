@@ -3,8 +3,16 @@
 A transition (obs f32[17], action f32[6], reward f32, done bool, next_obs f32[17]) stored leaf by
 leaf lives in five places, so sampling a random row of a storage larger than the caches waits on
 about 7 cache lines, one or two per leaf. Packed, the leaves of one dtype sit side by side in one
-row (``[capacity, 41]`` float32 and ``[capacity, 1]`` bool here): about 4.5 lines per row and one
-gather per dtype instead of one per leaf. BENCHMARKS.md has the measurements.
+row: about 4.5 lines per row and one gather per dtype instead of one per leaf.
+
+Bool leaves (flags: ``done``, ``terminated``, masks) ride as bytes at the end of the row of the
+item's largest 4- or 8-byte group, padded to whole elements, rather than in a bool group of their
+own: the transition is then one ``[capacity, 42]`` float32 row, its 42nd float holding ``done``'s
+byte, and a sample waits on one random row per item instead of two (8 compiled samples of 256 at
+1e7 items, in ``benchmarks/buffers.py``: 46.7 -> 35.5 µs each). Eagerly the bool leaves are views of the row's bytes; where a view
+of another element size cannot be traced (``torch.compile``, ``torch.func``), they are computed
+from the row's words with shifts (the same bits on a little-endian machine; big-endian machines
+keep a bool group). BENCHMARKS.md has the measurements.
 
 The item structure is static, so it lives in the *type* of the storage: :func:`packed_type` makes
 (once per layout) a NamedTuple class ``PackedItems`` whose fields ``group0, group1, ...`` are the
@@ -17,7 +25,9 @@ group tensors ``[*storage_dims, width]`` and whose class attribute ``layout`` is
 from __future__ import annotations
 
 import collections
+import itertools
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +36,18 @@ import torch
 
 Tree = Any
 NAMESPACE = "funrl"
+
+_WORD_INTS = {4: torch.int32, 8: torch.int64}
+"""The integer dtype of each element size a row can host bool bytes in."""
+
+
+def in_transform() -> bool:
+    """True while ``torch.compile`` traces or a ``torch.func`` transform (vmap, grad) is active.
+
+    Value-dependent checks (host syncs) run only when this is False, and views that change the
+    element size (bool bytes out of a float row) are used only then.
+    """
+    return torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None
 
 
 def path_str(path: tuple[Any, ...]) -> str:
@@ -37,13 +59,20 @@ class ItemLayout:
     """Where each leaf of an item lives in the packed storage.
 
     treespec: the item's structure (optree, ``funrl`` namespace, ``None`` is not a leaf).
-    dtypes:   per group, its dtype (groups in order of the dtype's first leaf).
-    widths:   per group, its columns (the summed sizes of its leaves).
+    dtypes:   per group, its dtype (groups in order of the dtype's first leaf; no bool group when
+              the bool leaves are hosted).
+    widths:   per group, its columns (the summed sizes of its leaves, and the host's words of
+              bool bytes).
     groups:   per leaf (tree order), its group.
     shapes:   per leaf, the item shape (no storage dims).
-    members:  per group, its leaves in column order (tree order: a group's row is its leaves,
-              flattened, one after the other).
-    leaf_widths: per leaf, its columns (the item shape's size).
+    members:  per group, its own-dtype leaves in column order (tree order: a group's row is its
+              leaves, flattened, one after the other, then any hosted bool bytes).
+    leaf_widths: per leaf, its elements (the item shape's size).
+    leaf_dtypes: per leaf, its dtype.
+    offsets:  per leaf, its first byte in its group's row.
+    hosted:   the bool leaves stored as bytes at the end of another group's row (tree order);
+              empty when the item has no bool leaf or no group to host them.
+    host:     the group holding ``hosted`` (its dtype 4 or 8 bytes, not complex), or None.
     leaf_paths: per leaf, its path (keys and indices from the root).
     dict_keys: the keys in tree order when the item is a flat dict of tensors (the usual
               transition; its batches are then checked without a pytree flatten), else None.
@@ -61,6 +90,10 @@ class ItemLayout:
     shapes: tuple[tuple[int, ...], ...]
     members: tuple[tuple[int, ...], ...]
     leaf_widths: tuple[int, ...]
+    leaf_dtypes: tuple[torch.dtype, ...]
+    offsets: tuple[int, ...]
+    hosted: tuple[int, ...]
+    host: int | None
     leaf_paths: tuple[tuple[Any, ...], ...]
     dict_keys: tuple[Any, ...] | None
     dict_order: tuple[tuple[Any, int], ...] | None
@@ -70,18 +103,24 @@ class ItemLayout:
     def of(example_item: Tree) -> ItemLayout:
         """The layout of ``example_item`` (tensor leaves, no batch dim)."""
         leaves, treespec = optree.tree_flatten(example_item, none_is_leaf=False, namespace=NAMESPACE)
-        dtypes: list[torch.dtype] = []
-        widths: list[int] = []
-        groups, shapes = [], []
-        for leaf in leaves:
-            if leaf.dtype not in dtypes:
-                dtypes.append(leaf.dtype)
-                widths.append(0)
-            g = dtypes.index(leaf.dtype)
-            groups.append(g)
-            shapes.append(tuple(leaf.shape))
-            widths[g] += math.prod(leaf.shape)
-        members = tuple(tuple(i for i, lg in enumerate(groups) if lg == g) for g in range(len(dtypes)))
+        leaf_dtypes = tuple(leaf.dtype for leaf in leaves)
+        shapes = tuple(tuple(leaf.shape) for leaf in leaves)
+        leaf_widths = tuple(math.prod(shape) for shape in shapes)
+        host = _host_dtype(leaf_dtypes, leaf_widths)
+        hosted = tuple(i for i, d in enumerate(leaf_dtypes) if host is not None and d is torch.bool)
+        dtypes = list(dict.fromkeys(d for i, d in enumerate(leaf_dtypes) if i not in hosted))
+        groups = tuple(dtypes.index(host if i in hosted else d) for i, d in enumerate(leaf_dtypes))
+        members = tuple(
+            tuple(i for i, g in enumerate(groups) if g == group and i not in hosted)
+            for group in range(len(dtypes))
+        )
+        row_bytes = [0] * len(dtypes)
+        offsets = [0] * len(leaves)
+        for i in (*itertools.chain.from_iterable(members), *hosted):
+            offsets[i] = row_bytes[groups[i]]
+            row_bytes[groups[i]] += leaf_widths[i] * leaf_dtypes[i].itemsize
+        # a group's row is whole elements: the hosted bytes are padded to the host's element size
+        widths = [-(-nbytes // dtype.itemsize) for nbytes, dtype in zip(row_bytes, dtypes, strict=True)]
         flat_dict = type(example_item) is dict and all(type(v) is torch.Tensor for v in example_item.values())
         dict_keys = tuple(p[0] for p in treespec.paths()) if flat_dict else None
         dict_order = tuple((k, dict_keys.index(k)) for k in example_item) if dict_keys is not None else None
@@ -89,10 +128,14 @@ class ItemLayout:
             treespec,
             tuple(dtypes),
             tuple(widths),
-            tuple(groups),
-            tuple(shapes),
+            groups,
+            shapes,
             members,
-            tuple(math.prod(shape) for shape in shapes),
+            leaf_widths,
+            leaf_dtypes,
+            tuple(offsets),
+            hosted,
+            dtypes.index(host) if hosted else None,
             tuple(tuple(p) for p in treespec.paths()),
             dict_keys,
             dict_order,
@@ -113,6 +156,19 @@ class ItemLayout:
         # inside it; it flattens the traced batch with paths, and paths are plain tuples.
         paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False, namespace=NAMESPACE)
         return leaves, tuple(paths) == self.leaf_paths
+
+
+def _host_dtype(leaf_dtypes: tuple[torch.dtype, ...], leaf_widths: tuple[int, ...]) -> torch.dtype | None:
+    """The dtype whose row hosts the bool leaves: of the 4- and 8-byte real dtypes, the one with
+    the most bytes per item (the first on a tie); None without bool leaves or such a dtype, or on
+    a big-endian machine (where the traced byte extraction would read the wrong end of a word)."""
+    if torch.bool not in leaf_dtypes or sys.byteorder != "little":
+        return None
+    row_bytes: dict[torch.dtype, int] = {}
+    for dtype, width in zip(leaf_dtypes, leaf_widths, strict=True):
+        if dtype.itemsize in _WORD_INTS and not dtype.is_complex:
+            row_bytes[dtype] = row_bytes.get(dtype, 0) + width * dtype.itemsize
+    return max(row_bytes, key=row_bytes.__getitem__, default=None)
 
 
 _TYPES: dict[ItemLayout, type] = {}
@@ -155,13 +211,64 @@ def is_packed(node: Any) -> bool:
 def _group_parts(
     layout: ItemLayout, leaves: list[torch.Tensor], batch_dims: tuple[int, ...]
 ) -> list[list[torch.Tensor]]:
-    """Per group, its leaves as ``[*batch_dims, leaf width]`` (views)."""
+    """Per group, its leaves as ``[*batch_dims, leaf width]`` (views), and for the host the words
+    holding the hosted bool bytes."""
     parts: list[list[torch.Tensor]] = [[] for _ in layout.dtypes]
-    for i, leaf in enumerate(leaves):
+    for i in itertools.chain.from_iterable(layout.members):
+        leaf = leaves[i]
         # a 1-d item shape is already [*batch_dims, width]: no view op (each costs ~1 µs eagerly)
         ok = len(layout.shapes[i]) == 1
         parts[layout.groups[i]].append(leaf if ok else leaf.reshape(*batch_dims, layout.leaf_widths[i]))
+    if layout.host is not None:
+        parts[layout.host].append(_bytes_to_words(layout, [leaves[i] for i in layout.hosted], batch_dims))
     return parts
+
+
+def _hosted_words(layout: ItemLayout) -> tuple[int, int]:
+    """``(first column, columns)`` of the host row's words holding the hosted bool bytes."""
+    assert layout.host is not None
+    first = layout.offsets[layout.hosted[0]] // layout.dtypes[layout.host].itemsize
+    return first, layout.widths[layout.host] - first
+
+
+def _bytes_to_words(
+    layout: ItemLayout, flags: list[torch.Tensor], batch_dims: tuple[int, ...]
+) -> torch.Tensor:
+    """The hosted bool leaves ``flags`` as the host's words ``[*batch_dims, words]``: their bytes
+    one after the other, zero-padded to whole words, byte ``k`` of a word shifted to bits
+    ``8k..8k+7`` (little-endian, as ``_host_dtype`` requires). Pointwise ops only (no view that
+    changes the element size, no reduction), so this traces under compile and vmap and fuses
+    into the add's write."""
+    host = layout.dtypes[layout.host]
+    size = host.itemsize
+    _, words = _hosted_words(layout)
+    data = [f.reshape(*batch_dims, layout.leaf_widths[i]) for f, i in zip(flags, layout.hosted, strict=True)]
+    ints = (data[0] if len(data) == 1 else torch.cat(data, dim=-1)).to(_WORD_INTS[size])
+    nbytes = ints.shape[-1]
+    if nbytes == 0:
+        return torch.zeros((*batch_dims, 0), dtype=host, device=ints.device)
+    packed = None
+    for k in range(min(size, nbytes)):
+        lane = ints[..., k::size]  # byte k of every word; the last word's may be padding
+        if lane.shape[-1] < words:
+            lane = torch.nn.functional.pad(lane, (0, words - lane.shape[-1]))
+        term = lane << (8 * k) if k else lane
+        packed = term if packed is None else packed | term
+    assert packed is not None
+    return packed.view(host)
+
+
+def _bool_bytes(layout: ItemLayout, row: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The bytes of the host rows ``row`` (``[*dims, width]``) as bool ``[*dims, n]``, and the row
+    byte the first of them is: eagerly a view of the whole row (one op); traced, the hosted words'
+    bytes shifted out of them (a view that changes the element size does not trace)."""
+    if not in_transform() and row.stride(-1) == 1:
+        return row.view(torch.bool), 0
+    first, words = _hosted_words(layout)
+    size = layout.dtypes[layout.host].itemsize
+    shifts = torch.arange(0, 8 * size, 8, dtype=_WORD_INTS[size], device=row.device)
+    packed = row.narrow(-1, first, words).view(_WORD_INTS[size])
+    return ((packed.unsqueeze(-1) >> shifts) & 0xFF).flatten(-2) != 0, first * size
 
 
 def pack(layout: ItemLayout, leaves: list[torch.Tensor], batch_dims: tuple[int, ...]) -> list[torch.Tensor]:
@@ -182,21 +289,32 @@ def pack_into(layout: ItemLayout, leaves: list[torch.Tensor], outs: list[torch.T
 
 def unpack(layout: ItemLayout, groups: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> Tree:
     """The item pytree of group tensors ``[*dims, width]``: leaves ``[*dims, *item_shape]``, views
-    of the groups (one ``split`` per group)."""
+    of the groups (one ``split`` per group; hosted bool leaves computed from the host's words when
+    traced, see the module's docstring)."""
     leaves: list[torch.Tensor | None] = [None] * len(layout.groups)
-    for group, members in zip(groups, layout.members, strict=True):
+    for g, (group, members) in enumerate(zip(groups, layout.members, strict=True)):
+        sizes = [layout.leaf_widths[i] for i in members]
+        if g == layout.host:
+            sizes.append(_hosted_words(layout)[1])
         # split_with_sizes: one C++ call (Tensor.split's Python wrapper costs a few µs more eagerly)
-        pieces = (
-            group.split_with_sizes([layout.leaf_widths[i] for i in members], -1)
-            if len(members) > 1
-            else (group,)
-        )
-        for i, piece in zip(members, pieces, strict=True):
-            shape = layout.shapes[i]
+        pieces = group.split_with_sizes(sizes, -1) if len(sizes) > 1 else (group,)
+        for i, piece in zip(members, pieces, strict=False):
+            leaves[i] = _shaped(piece, layout.shapes[i])
+    if layout.host is not None:
+        flags, start = _bool_bytes(layout, groups[layout.host])
+        for i in layout.hosted:
+            shape, at = layout.shapes[i], layout.offsets[i] - start
             leaves[i] = (
-                piece.squeeze(-1) if not shape else piece if len(shape) == 1 else piece.unflatten(-1, shape)
+                flags.select(-1, at)
+                if not shape
+                else _shaped(flags.narrow(-1, at, layout.leaf_widths[i]), shape)
             )
     return _rebuild(layout, leaves)
+
+
+def _shaped(piece: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``piece`` (``[*dims, size]``) as ``[*dims, *shape]``."""
+    return piece.squeeze(-1) if not shape else piece if len(shape) == 1 else piece.unflatten(-1, shape)
 
 
 def _rebuild(layout: ItemLayout, leaves: list[Any]) -> Tree:
@@ -210,8 +328,8 @@ def item_example(layout: ItemLayout) -> Tree:
     """An item of ``layout``'s structure, dtypes and shapes on the meta device (no data):
     ``ItemLayout.of(item_example(layout)) == layout``."""
     leaves = [
-        torch.empty(shape, dtype=layout.dtypes[g], device="meta")
-        for g, shape in zip(layout.groups, layout.shapes, strict=True)
+        torch.empty(shape, dtype=dtype, device="meta")
+        for dtype, shape in zip(layout.leaf_dtypes, layout.shapes, strict=True)
     ]
     return _rebuild(layout, leaves)
 

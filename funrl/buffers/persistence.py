@@ -36,13 +36,16 @@ import torch
 from tensordict import TensorDict
 
 from funrl.buffers._core import check_fresh
-from funrl.buffers._storage import ItemLayout, is_packed, item_example, layout_of, packed_type
+from funrl.buffers._storage import ItemLayout, is_packed, item_example, layout_of, pack, packed_type
 
 __all__ = ["save", "load", "BufferFileError"]
 
-FORMAT = "funrl.buffers/2"
-"""Format 2 stores packed storage (one tensor per dtype, with its item layout); format 1, one
-tensor per leaf, is refused with a clear error rather than loaded into a state ``add`` rejects."""
+FORMAT = "funrl.buffers/3"
+"""Format 3 stores packed storage (one tensor per dtype, bool leaves as bytes in another dtype's
+row, with its item layout). Format 2 (a bool group of its own) still loads: its bool rows are
+moved into the host rows, a copy in memory even with ``mmap=True``. Format 1, one tensor per leaf,
+is refused with a clear error rather than loaded into a state ``add`` rejects."""
+_READABLE = (FORMAT, "funrl.buffers/2")
 _META = "funrl_buffer.json"
 _TENSORS = "tensors"
 _CHUNK = 1 << 26  # 64 MiB per hashing step: bounded memory for memory-mapped leaves
@@ -125,11 +128,29 @@ def _decode_packed(node: dict[str, Any], leaves: list[torch.Tensor]) -> Any:
         groups = [_decode(g, leaves) for g in node["groups"]]
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise BufferFileError(f"path: malformed packed storage entry ({err})") from None
-    if [(g.dtype, g.shape[-1] if g.dim() else None) for g in groups] != list(
-        zip(layout.dtypes, layout.widths, strict=True)
-    ):
+    found = [(g.dtype, g.shape[-1] if g.dim() else None) for g in groups]
+    if found == list(zip(layout.dtypes, layout.widths, strict=True)):
+        return packed_type(layout)(*groups)
+    by_dtype = _one_group_per_dtype(layout)
+    if found != list(by_dtype.items()):
         raise BufferFileError("path: the packed storage's tensors do not match its item layout")
-    return packed_type(layout)(*groups)
+    # format 2: one group per dtype, bool leaves in their own; repack (a copy)
+    storage_dims = tuple(groups[0].shape[:-1])
+    item_leaves: list[torch.Tensor | None] = [None] * len(layout.leaf_dtypes)
+    for group, dtype in zip(groups, by_dtype, strict=True):
+        members = [i for i, d in enumerate(layout.leaf_dtypes) if d == dtype]
+        pieces = group.split_with_sizes([layout.leaf_widths[i] for i in members], -1)
+        for i, piece in zip(members, pieces, strict=True):
+            item_leaves[i] = piece.reshape(*storage_dims, *layout.shapes[i])
+    return packed_type(layout)(*pack(layout, item_leaves, storage_dims))
+
+
+def _one_group_per_dtype(layout: ItemLayout) -> dict[torch.dtype, int]:
+    """Format 2's groups of ``layout``'s item: per dtype (in first-leaf order), its columns."""
+    widths: dict[torch.dtype, int] = {}
+    for dtype, width in zip(layout.leaf_dtypes, layout.leaf_widths, strict=True):
+        widths[dtype] = widths.get(dtype, 0) + width
+    return widths
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -214,7 +235,7 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
         meta = json.loads(meta_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BufferFileError(f"path: {meta_file} is corrupted ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in _READABLE:
         found = meta.get("format") if isinstance(meta, dict) else None
         hint = (
             " (written by an earlier funrl, one tensor per leaf; save it again)"

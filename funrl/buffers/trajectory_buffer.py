@@ -124,7 +124,7 @@ def gather_windows(
     config: TrajectoryConfig, experience: Any, envs: torch.Tensor, starts: torch.Tensor
 ) -> Any:
     """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``
-    (views of one gathered block per dtype)."""
+    (as ``Sample.items``: eagerly, views of one gathered block per dtype)."""
     offsets = torch.arange(config.sequence_length, device=starts.device)
     times = starts[:, None] + offsets[None, :]  # starts < max_length, offsets < L <= max_length
     times = torch.where(times >= config.max_length, times - config.max_length, times)

@@ -101,7 +101,8 @@ def test_add_costs_one_write_per_item_and_shares_storage():
     storage = fb.storage_items(state.experience)["obs"]
     new = buf.add(state, make_batch(0, 3))
     # donated: the same storage tensors, written in place, rows beyond the batch untouched
-    assert len(new.experience) == 3 and all(
+    # (two groups: float32 obs with done's byte at the end of its row, int64 action)
+    assert len(new.experience) == 2 and all(
         a is b for a, b in zip(new.experience, state.experience, strict=True)
     )
     assert torch.equal(storage[:3], make_batch(0, 3)["obs"])

@@ -192,3 +192,21 @@ def test_stacked_states_save_and_check_per_buffer(tmp_path):
     stale = stacked._replace(count=stacked.count - torch.tensor([0, 1, 0]))
     with pytest.raises(fb.StaleStateError):
         fb.save(stale, tmp_path / "t")
+
+
+def test_a_format_2_buffer_with_a_bool_group_loads_into_hosted_rows(tmp_path, monkeypatch):
+    # write a buffer as funrl.buffers/2 did: one group per dtype, done in a bool group of its own
+    buf, state = prioritised_state()
+    monkeypatch.setattr("funrl.buffers._storage._host_dtype", lambda *_: None)
+    monkeypatch.setattr("funrl.buffers.persistence.FORMAT", "funrl.buffers/2")
+    legacy = buf.add(buf.init(ITEM), batch(0, 11))
+    assert [g.dtype for g in legacy.experience] == [torch.int64, torch.bool, torch.float16, torch.float32]
+    legacy = buf.update_priorities(legacy, torch.tensor([1, 3]), torch.tensor([4.0, 0.25]))
+    fb.save(legacy, tmp_path / "old")
+    monkeypatch.undo()
+
+    loaded = fb.load(tmp_path / "old")
+    assert [g.dtype for g in loaded.experience] == [g.dtype for g in state.experience]
+    assert tree.tree_equal(loaded, state)
+    resumed = buf.add(loaded, batch(11, 3))
+    assert tree.tree_equal(resumed, buf.add(state, batch(11, 3)))

@@ -46,22 +46,67 @@ def step_batch(start, size):
     return Step(obs=obs, extra=(ids, {"flag": ids % 3 == 0}), note=None)
 
 
-def test_a_transition_packs_into_one_float_row_and_one_bool_row():
+def test_a_transition_packs_into_one_float_row_with_done_in_its_last_word():
     state = fb.flat(10).init(TRANSITION)
-    assert [tuple(g.shape) for g in state.experience] == [(10, 41), (10, 1)]
-    assert [g.dtype for g in state.experience] == [torch.float32, torch.bool]
+    assert [tuple(g.shape) for g in state.experience] == [(10, 42)]
+    assert [g.dtype for g in state.experience] == [torch.float32]
     items = fb.storage_items(state.experience)
     assert {k: tuple(v.shape) for k, v in items.items()} == {k: (10, *v.shape) for k, v in TRANSITION.items()}
-    # the items are views of the packed rows: an add shows through them
+    # the items are views of the packed rows (done: of the row's 165th byte): an add shows through them
     batch = {
         k: (torch.ones(3, *v.shape) * (i + 1)).to(v.dtype) for i, (k, v) in enumerate(TRANSITION.items())
     }
     state = fb.flat(10).add(state, batch)
+    assert items["done"].data_ptr() == state.experience.group0.data_ptr() + 41 * 4
     assert tree.tree_equal(tree.map(lambda x: x[:3], items), batch)
     assert tree.tree_equal(
         tree.map(lambda x: x[3:], items),
         tree.map(lambda x: torch.zeros(7, *x.shape, dtype=x.dtype), TRANSITION),
     )
+
+
+def flag_words(state):
+    """The 42nd float of each stored transition, as the int32 its bits make."""
+    return state.experience.group0[:, 41].view(torch.int32)
+
+
+def test_every_add_path_writes_done_as_the_low_byte_of_a_zeroed_word():
+    # the traced sample reads done as `word != 0`, the eager one as the word's first byte: both
+    # hold only if the word's other bytes stay zero, whichever path wrote it
+    buf = fb.flat(6)
+    done = torch.tensor([True, False, True, True])
+    batch = {k: torch.zeros(4, *v.shape, dtype=v.dtype) for k, v in TRANSITION.items()} | {"done": done}
+    expected = torch.tensor([1, 0, 1, 1, 0, 0], dtype=torch.int32)
+    native = buf.add(buf.init(TRANSITION), batch)  # the C++ ring writer
+    assert torch.equal(flag_words(native), expected)
+    strided = {**batch, "obs": torch.zeros(17, 4).t()}  # not contiguous: torch's pack_into
+    assert torch.equal(flag_words(buf.add(buf.init(TRANSITION), strided)), expected)
+    wrapped = buf.add(buf.init(TRANSITION), {k: torch.cat([v, v]) for k, v in strided.items()})
+    # the last 6 of 8 items, from row 2 on, wrapping: rows 2-5 get items 2-5, rows 0-1 items 6-7
+    assert torch.equal(flag_words(wrapped), torch.tensor([1, 1, 1, 1, 1, 0], dtype=torch.int32))
+    traced = torch.func.vmap(buf.add)(tree.stack([buf.init(TRANSITION)]), tree.map(lambda x: x[None], batch))
+    assert torch.equal(traced.experience.group0[0, :, 41].view(torch.int32), expected)
+
+
+def test_bool_leaves_are_hosted_by_the_largest_word_group_or_kept_apart():
+    def dtypes(item):
+        return ItemLayout.of(item).dtypes
+
+    flag = torch.zeros((), dtype=torch.bool)
+    mask = torch.zeros(5, dtype=torch.bool)
+    # the host: the 4- or 8-byte dtype with the most bytes per item (first on a tie)
+    item = {"a": torch.zeros(2, dtype=torch.int64), "b": torch.zeros(3), "f": flag}
+    assert dtypes(item) == (torch.int64, torch.float32)
+    assert ItemLayout.of(item).host == 0 and ItemLayout.of(item).widths == (3, 3)
+    item = {"a": torch.zeros(1, dtype=torch.int64), "b": torch.zeros(3), "f": flag, "m": mask}
+    layout = ItemLayout.of(item)
+    assert layout.host == 1 and layout.widths == (1, 5)  # 3 floats, then 6 bytes in 2 words
+    assert layout.offsets == (0, 0, 12, 13)
+    # no 4- or 8-byte real dtype: a bool group as before
+    assert dtypes({"a": torch.zeros(2, dtype=torch.float16), "f": flag}) == (torch.float16, torch.bool)
+    assert dtypes({"a": torch.zeros(2, dtype=torch.complex64), "f": flag}) == (torch.complex64, torch.bool)
+    assert dtypes({"f": flag, "m": mask}) == (torch.bool,)
+    assert ItemLayout.of({"f": flag}).host is None
 
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8, torch.bool]
@@ -98,10 +143,20 @@ def test_pack_then_unpack_is_the_identity(spec, batch, seed):
     layout = ItemLayout.of(example)
     leaves = optree.tree_leaves(values, namespace="funrl")
     groups = pack(layout, leaves, batch)
-    assert [g.dtype for g in groups] == list(layout.dtypes) == list(dict.fromkeys(x.dtype for x in leaves))
+    dtypes = [x.dtype for x in leaves]
+    word_sized = [d for d in dtypes if d.itemsize in (4, 8)]
+    stored = [d for d in dtypes if not (word_sized and d is torch.bool)]
+    assert [g.dtype for g in groups] == list(layout.dtypes) == list(dict.fromkeys(stored))
     assert [g.shape for g in groups] == [torch.Size((*batch, w)) for w in layout.widths]
     assert tree.tree_equal(unpack(layout, groups), values)
     assert ItemLayout.of(item_example(layout)) == layout
+    # under vmap bool leaves are shifted out of (and into) the host's words: the same items
+    flat_groups = [g.flatten(0, -2) for g in groups]
+    traced = torch.func.vmap(lambda *gs: unpack(layout, gs))(*flat_groups)
+    assert tree.tree_equal(tree.map(lambda x: x.unflatten(0, batch), traced), values)
+    flat_leaves = [x.flatten(0, len(batch) - 1) for x in leaves]
+    traced_groups = torch.func.vmap(lambda *xs: tuple(pack(layout, list(xs), ())))(*flat_leaves)
+    assert all(torch.equal(a.flatten(0, -2), b) for a, b in zip(flat_groups, traced_groups, strict=True))
 
 
 def test_equal_layouts_share_one_packed_type_and_states_stack():
@@ -113,7 +168,7 @@ def test_equal_layouts_share_one_packed_type_and_states_stack():
     assert packed_type(ItemLayout.of(other)) is not type(a.experience)
     stacked = tree.stack([a, b])  # one buffer per seed
     assert type(stacked.experience) is type(a.experience)
-    assert stacked.experience.group0.shape == (2, 4, 41)
+    assert stacked.experience.group0.shape == (2, 4, 42)
 
 
 def test_a_sampled_item_is_a_copy_of_its_row():
