@@ -25,11 +25,12 @@ group tensors ``[*storage_dims, width]`` and whose class attribute ``layout`` is
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import optree
 import torch
@@ -141,6 +142,19 @@ class ItemLayout:
             dict_order,
             optree.tree_unflatten(treespec, list(range(len(leaves)))),
         )
+
+    @functools.cached_property
+    def unpack_plan(self) -> UnpackPlan:
+        """:func:`unpack`'s steps for this layout (computed on first use, then kept)."""
+        groups = []
+        for g, members in enumerate(self.members):
+            sizes = [self.leaf_widths[i] for i in members]
+            if g == self.host:
+                sizes.append(_hosted_words(self)[1])
+            pieces = tuple((i, self.shapes[i]) for i in members)
+            groups.append((g, tuple(sizes) if len(sizes) > 1 else None, pieces))
+        hosted = tuple((i, self.offsets[i], self.leaf_widths[i], self.shapes[i]) for i in self.hosted)
+        return UnpackPlan(tuple(groups), hosted)
 
     @property
     def paths(self) -> list[str]:
@@ -291,30 +305,36 @@ def unpack(layout: ItemLayout, groups: list[torch.Tensor] | tuple[torch.Tensor, 
     """The item pytree of group tensors ``[*dims, width]``: leaves ``[*dims, *item_shape]``, views
     of the groups (one ``split`` per group; hosted bool leaves computed from the host's words when
     traced, see the module's docstring)."""
+    plan = layout.unpack_plan
     leaves: list[torch.Tensor | None] = [None] * len(layout.groups)
-    for g, (group, members) in enumerate(zip(groups, layout.members, strict=True)):
-        sizes = [layout.leaf_widths[i] for i in members]
-        if g == layout.host:
-            sizes.append(_hosted_words(layout)[1])
+    for g, sizes, pieces in plan.groups:
+        group = groups[g]
         # split_with_sizes: one C++ call (Tensor.split's Python wrapper costs a few µs more eagerly)
-        pieces = group.split_with_sizes(sizes, -1) if len(sizes) > 1 else (group,)
-        for i, piece in zip(members, pieces, strict=False):
-            leaves[i] = _shaped(piece, layout.shapes[i])
-    if layout.host is not None:
-        flags, start = _bool_bytes(layout, groups[layout.host])
-        for i in layout.hosted:
-            shape, at = layout.shapes[i], layout.offsets[i] - start
+        split = group.split_with_sizes(sizes, -1) if sizes else (group,)
+        for (i, shape), piece in zip(pieces, split, strict=False):  # the host's last piece: bool bytes
             leaves[i] = (
-                flags.select(-1, at)
-                if not shape
-                else _shaped(flags.narrow(-1, at, layout.leaf_widths[i]), shape)
+                piece if len(shape) == 1 else piece.squeeze(-1) if not shape else piece.unflatten(-1, shape)
             )
+    if plan.hosted:
+        flags, start = _bool_bytes(layout, groups[layout.host])
+        for i, at, width, shape in plan.hosted:
+            if not shape:
+                leaves[i] = flags.select(-1, at - start)
+            else:
+                piece = flags.narrow(-1, at - start, width)
+                leaves[i] = piece if len(shape) == 1 else piece.unflatten(-1, shape)
     return _rebuild(layout, leaves)
 
 
-def _shaped(piece: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """``piece`` (``[*dims, size]``) as ``[*dims, *shape]``."""
-    return piece.squeeze(-1) if not shape else piece if len(shape) == 1 else piece.unflatten(-1, shape)
+class UnpackPlan(NamedTuple):
+    """:func:`unpack`'s steps for one layout, worked out once (an eager sample runs them each call).
+
+    groups: per group ``(group, split sizes or None for one piece, ((leaf, item shape), ...))``.
+    hosted: per hosted bool leaf ``(leaf, first byte in the host row, bytes, item shape)``.
+    """
+
+    groups: tuple[tuple[int, tuple[int, ...] | None, tuple[tuple[int, tuple[int, ...]], ...]], ...]
+    hosted: tuple[tuple[int, int, int, tuple[int, ...]], ...]
 
 
 def _rebuild(layout: ItemLayout, leaves: list[Any]) -> Tree:
