@@ -9,10 +9,10 @@ Bool leaves (flags: ``done``, ``terminated``, masks) ride as bytes at the end of
 item's largest 4- or 8-byte group, padded to whole elements, rather than in a bool group of their
 own: the transition is then one ``[capacity, 42]`` float32 row, its 42nd float holding ``done``'s
 byte, and a sample waits on one random row per item instead of two (8 compiled samples of 256 at
-1e7 items, in ``benchmarks/buffers.py``: 46.7 -> 35.5 µs each). Eagerly the bool leaves are views of the row's bytes; where a view
-of another element size cannot be traced (``torch.compile``, ``torch.func``), they are computed
-from the row's words with shifts (the same bits on a little-endian machine; big-endian machines
-keep a bool group). BENCHMARKS.md has the measurements.
+1e7 items, in ``benchmarks/buffers.py``: 46.7 -> 35.5 µs each). Eagerly the bool leaves are views
+of the row's bytes; where a view of another element size cannot be traced (``torch.compile``,
+``torch.func``), they are computed from the row's words with shifts (the same bits on a
+little-endian machine; big-endian machines keep a bool group). BENCHMARKS.md has the measurements.
 
 The item structure is static, so it lives in the *type* of the storage: :func:`packed_type` makes
 (once per layout) a NamedTuple class ``PackedItems`` whose fields ``group0, group1, ...`` are the
