@@ -275,3 +275,42 @@ def test_eager_adds_write_the_rows_the_traced_add_writes(capacity, sizes, seed):
         eager = buf.add(eager, batch)
         traced = torch.func.vmap(buf.add)(traced, tree.stack([batch]))
         assert tree.tree_equal(tree.stack([eager]), traced)
+
+
+def test_several_bool_leaves_share_host_words_compiled_equal_to_eager():
+    # 10 flag bytes (a mask, a 2x2 grid, a scalar) in 3 float words after 3 floats; an int64 leaf
+    # stays in its own group. Traced, the words are built and read with shifts; eagerly the flags
+    # are views of the row's bytes and the C++ add copies them.
+    item = {
+        "obs": torch.zeros(3),
+        "id": torch.zeros((), dtype=torch.int64),
+        "mask": torch.zeros(5, dtype=torch.bool),
+        "grid": torch.zeros(2, 2, dtype=torch.bool),
+        "done": torch.zeros((), dtype=torch.bool),
+    }
+    layout = ItemLayout.of(item)
+    assert layout.dtypes == (torch.int64, torch.float32) and layout.widths == (1, 6)  # keys sorted
+    gen = torch.Generator().manual_seed(3)
+
+    def batch(start):
+        ids = torch.arange(start, start + 4)
+        return {
+            "obs": ids[:, None].float().expand(4, 3).contiguous(),
+            "id": ids,
+            "mask": torch.rand(4, 5, generator=gen) < 0.5,
+            "grid": torch.rand(4, 2, 2, generator=gen) < 0.5,
+            "done": ids % 3 == 0,
+        }
+
+    buf = fb.flat(6)
+    added = [(batch(start), frandom.key(start)) for start in (0, 4, 8)]
+    mine, sample = compiled_add_and_sample_equal_eager(buf, buf.init(item), added, 5)
+    every = {k: torch.cat([b[k] for b, _ in added]) for k in item}
+    assert tree.tree_equal(sample.items, tree.map(lambda x: x[sample.items["id"]], every))
+
+
+def test_a_big_endian_machine_keeps_a_bool_group(monkeypatch):
+    # the traced shifts read byte k of a word as bits 8k..8k+7, which holds only little-endian
+    monkeypatch.setattr("funrl.buffers._storage.sys.byteorder", "big")
+    layout = ItemLayout.of(TRANSITION)
+    assert layout.dtypes == (torch.float32, torch.bool) and layout.widths == (41, 1) and not layout.hosted
