@@ -223,7 +223,9 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
     mmap=True: leaves are memory-mapped copy-on-write from the saved files (CPU); writes (``add``)
     stay in memory. mmap=False: leaves are read into ordinary tensors. verify=True: every leaf's
     checksum is checked (reads every byte once). Raises :class:`BufferFileError` for a missing,
-    truncated or corrupted buffer.
+    truncated or corrupted buffer. A buffer saved in format 2 whose items have bool leaves is
+    repacked into the current layout on load: the groups it rebuilds are in-memory copies, whatever
+    ``mmap`` says (save it again to map it).
     """
     root = Path(path)
     meta_file = root / _META
