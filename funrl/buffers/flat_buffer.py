@@ -127,12 +127,13 @@ def flat(capacity: int, min_length: int = 1) -> Buffer:
 
     ``init(example_item)`` allocates zero storage for ``capacity`` items like ``example_item``
     (one item, no batch dim), packed: one ``[capacity, width]`` tensor per dtype (bool leaves as
-    bytes in another dtype's row, see ``funrl.buffers._storage``). ``add(state, batch)`` takes leaves ``[B, ...]`` and keeps the last ``capacity``
-    items ever added; it writes in place and returns the state to use from then on (an older
-    state raises :class:`~funrl.buffers.StaleStateError` in eager mode). ``sample(state, key,
-    batch_size)`` draws ``batch_size`` stored items uniformly with replacement (eagerly, leaves are
-    views of one gathered block per dtype); ``weights`` are ones. ``can_sample(state)`` is ``count >= min_length``; in eager mode ``sample`` raises
-    ``ValueError`` before that.
+    bytes in another dtype's row, see ``funrl.buffers._storage``). ``add(state, batch)`` takes
+    leaves ``[B, ...]`` and keeps the last ``capacity`` items ever added; it writes in place and
+    returns the state to use from then on (an older state raises
+    :class:`~funrl.buffers.StaleStateError` in eager mode). ``sample(state, key, batch_size)``
+    draws ``batch_size`` stored items uniformly with replacement (eagerly, leaves are views of one
+    gathered block per dtype); ``weights`` are ones. ``can_sample(state)`` is
+    ``count >= min_length``; in eager mode ``sample`` raises ``ValueError`` before that.
     """
     check_capacity(capacity, "capacity")
     check_capacity(min_length, "min_length")

@@ -137,12 +137,17 @@ def _decode_packed(node: dict[str, Any], leaves: list[torch.Tensor]) -> Any:
     # format 2: one group per dtype, bool leaves in their own; repack (a copy)
     storage_dims = tuple(groups[0].shape[:-1])
     item_leaves: list[torch.Tensor | None] = [None] * len(layout.leaf_dtypes)
-    for group, dtype in zip(groups, by_dtype, strict=True):
-        members = [i for i, d in enumerate(layout.leaf_dtypes) if d == dtype]
-        pieces = group.split_with_sizes([layout.leaf_widths[i] for i in members], -1)
-        for i, piece in zip(members, pieces, strict=True):
-            item_leaves[i] = piece.reshape(*storage_dims, *layout.shapes[i])
-    return packed_type(layout)(*pack(layout, item_leaves, storage_dims))
+    try:
+        for group, dtype in zip(groups, by_dtype, strict=True):
+            members = [i for i, d in enumerate(layout.leaf_dtypes) if d == dtype]
+            pieces = group.split_with_sizes([layout.leaf_widths[i] for i in members], -1)
+            for i, piece in zip(members, pieces, strict=True):
+                item_leaves[i] = piece.reshape(*storage_dims, *layout.shapes[i])
+        return packed_type(layout)(*pack(layout, item_leaves, storage_dims))
+    except RuntimeError as err:  # groups of different storage dims: not a buffer funrl wrote
+        raise BufferFileError(
+            f"path: the packed storage's tensors do not match its item layout ({err})"
+        ) from None
 
 
 def _one_group_per_dtype(layout: ItemLayout) -> dict[torch.dtype, int]:

@@ -210,3 +210,17 @@ def test_a_format_2_buffer_with_a_bool_group_loads_into_hosted_rows(tmp_path, mo
     assert tree.tree_equal(loaded, state)
     resumed = buf.add(loaded, batch(11, 3))
     assert tree.tree_equal(resumed, buf.add(state, batch(11, 3)))
+
+
+def test_a_format_2_buffer_whose_groups_disagree_is_refused(tmp_path, monkeypatch):
+    buf = fb.flat(8)
+    monkeypatch.setattr("funrl.buffers._storage._host_dtype", lambda *_: None)
+    monkeypatch.setattr("funrl.buffers.persistence.FORMAT", "funrl.buffers/2")
+    legacy = buf.add(buf.init(ITEM), batch(0, 5))
+    groups = list(legacy.experience)
+    bools = [i for i, g in enumerate(groups) if g.dtype == torch.bool]
+    groups[bools[0]] = groups[bools[0]][:5]  # 5 rows of flags against 8 of everything else
+    fb.save(legacy._replace(experience=type(legacy.experience)(*groups)), tmp_path / "bad")
+    monkeypatch.undo()
+    with pytest.raises(fb.BufferFileError, match="do not match its item layout"):
+        fb.load(tmp_path / "bad")
