@@ -104,6 +104,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.funrl_threefry2x32_iota.restype = None
     lib.funrl_randint_iota.argtypes = [ptr, i64, i64, i64, ptr, i64]
     lib.funrl_randint_iota.restype = None
+    lib.funrl_randint_rows.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, ptr]
+    lib.funrl_randint_rows.restype = None
 
 
 _KERNEL = _native.LazyLibrary("threefry.cpp", "funrl.random", "the eager Threefry kernel", _declare)

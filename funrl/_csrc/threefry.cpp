@@ -3,6 +3,7 @@
 // torch ops (tests/test_random.py compares them): each input word is taken mod 2**32, and the
 // outputs are written as int64 in [0, 2**32).
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -71,6 +72,30 @@ void funrl_randint_iota(const int64_t* key, int64_t stride, int64_t low, int64_t
           &y0, &y1);
     const uint64_t word = (static_cast<uint64_t>(y0 >> 1) << 32) | static_cast<uint64_t>(y1);
     out[i] = low + static_cast<int64_t>(word % range);
+  }
+}
+
+
+// funrl_randint_iota's draws with low = 0 (rows in [0, span)), then those rows of each of
+// num_groups row-major storages copied out: group g's row r is bytes [r * row_bytes[g], (r + 1) *
+// row_bytes[g]) of src[g], written to row i of dst[g]. The eager replay sample in one call.
+void funrl_randint_rows(const int64_t* key, int64_t stride, int64_t span, int64_t* rows, int64_t n,
+                        int64_t num_groups, const char* const* src, const int64_t* row_bytes,
+                        char* const* dst) {
+  funrl_randint_iota(key, stride, 0, span, rows, n);
+  // Rows of a storage larger than the caches are each a cache miss: ask for the lines of the row
+  // kPrefetchAhead places on while copying this one, so that many are on their way at once.
+  constexpr int64_t kPrefetchAhead = 16;
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t size = row_bytes[g];
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchAhead < n) {
+        const char* ahead = src[g] + rows[i + kPrefetchAhead] * size;
+        for (int64_t line = 0; line < size; line += 64) __builtin_prefetch(ahead + line);
+        __builtin_prefetch(ahead + size - 1);
+      }
+      std::memcpy(dst[g] + i * size, src[g] + rows[i] * size, size);
+    }
   }
 }
 

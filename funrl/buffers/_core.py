@@ -32,6 +32,7 @@ import torch
 
 from funrl import _native
 from funrl.buffers._storage import ItemLayout, in_transform, layout_of, packed_type, path_str, unpack
+from funrl.random import _KERNEL as _THREEFRY  # the eager sample draws and gathers in its kernel
 
 __all__ = ["Buffer", "Sample", "StaleStateError"]
 
@@ -399,6 +400,48 @@ def write_ring_native(experience: Any, leaves: list[torch.Tensor], head: int, st
         len(leaves), plan, row_bytes, pointers.buffer_info()[0], outer, steps, head, ring
     )
     return True
+
+
+def draw_rows_native(
+    experience: Any, key: torch.Tensor, n: int, high: int
+) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+    """Eager twin of ``rows = funrl.random.randint(key, (n,), 0, high)`` and then
+    ``index_select(group, 0, rows)`` for each group of a packed ``[capacity, width]`` storage, in
+    one C++ call (``funrl_randint_rows`` in ``threefry.cpp``): ``(rows, gathered groups)``, the
+    same values. Separately, the draw and the gather cost ~22 µs for 256 rows, mostly per-call
+    overhead; together ~10.
+
+    For an eager sample of one buffer only, after :func:`check_fresh` read the count (so no
+    transform is active). Returns None, having done nothing, where the kernel may not stand in:
+    a mode or tracer records ops, the key is not a plain CPU int64 ``[2]`` tensor (``randint``
+    then words the error), a group is not a plain contiguous CPU tensor, ``high`` is out of the
+    kernel's range, or the kernel could not be built.
+    """
+    if not (_native.plain_eager(key, dtype=torch.int64) and key.shape == (2,) and 0 < high < 2**63):
+        return None
+    for g in experience:
+        if type(g) is not torch.Tensor or not g.is_cpu or not g.is_contiguous():
+            return None
+    lib = _THREEFRY.get()
+    if lib is None:
+        return None
+    rows = torch.empty(n, dtype=torch.int64)
+    outs = [torch.empty((n, g.shape[-1]), dtype=g.dtype) for g in experience]
+    pointers = array.array("q", [g.data_ptr() for g in experience] + [o.data_ptr() for o in outs])
+    row_bytes = array.array("q", [g.shape[-1] * g.element_size() for g in experience])
+    sources = pointers.buffer_info()[0]
+    lib.funrl_randint_rows(
+        key.data_ptr(),
+        key.stride(0),
+        high,
+        rows.data_ptr(),
+        n,
+        len(outs),
+        sources,
+        row_bytes.buffer_info()[0],
+        sources + len(outs) * pointers.itemsize,
+    )
+    return rows, outs
 
 
 def gather_rows(experience: Any, rows: torch.Tensor) -> Tree:

@@ -21,6 +21,7 @@ from funrl.buffers._core import (
     check_capacity,
     check_fresh,
     check_sample_count,
+    draw_rows_native,
     gather_rows,
     init_storage,
     ring_rows,
@@ -29,7 +30,7 @@ from funrl.buffers._core import (
     write_ring_slices,
     write_rows,
 )
-from funrl.buffers._storage import layout_of, pack, pack_into
+from funrl.buffers._storage import layout_of, pack, pack_into, unpack
 
 __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 
@@ -116,8 +117,13 @@ def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size:
     filled = (
         torch.clamp(state.count, min=1, max=config.capacity) if count is None else min(count, config.capacity)
     )
-    indices = frandom.randint(key, (batch_size,), 0, filled)
-    items = gather_rows(state.experience, indices)
+    drawn = None if count is None else draw_rows_native(state.experience, key, batch_size, filled)
+    if drawn is None:
+        indices = frandom.randint(key, (batch_size,), 0, filled)
+        items = gather_rows(state.experience, indices)
+    else:
+        indices, groups = drawn
+        items = unpack(layout_of(state.experience), groups)
     weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)
     return Sample(items=items, indices=indices, weights=weights)
 

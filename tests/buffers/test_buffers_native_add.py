@@ -1,6 +1,7 @@
-"""The eager add's C++ row writer (``_core.write_ring_native``) against the torch ops it stands in
-for: the same bytes in the same rows for any item layout, and the torch ops wherever something
-must see them (a dispatch mode, a non-contiguous leaf, a tensor subclass)."""
+"""The eager add's C++ row writer (``_core.write_ring_native``) and the eager sample's draw-and-gather
+kernel (``_core.draw_rows_native``) against the torch ops they stand in for: the same bytes in the
+same rows for any item layout, and the torch ops wherever something must see them (a dispatch
+mode, a non-contiguous leaf, a tensor subclass)."""
 
 from unittest import mock
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import funrl.buffers as fb
+from funrl import random as frandom
 from funrl.buffers import _core, flat_buffer, trajectory_buffer
 
 DTYPES = [
@@ -203,3 +205,60 @@ def test_re_adding_stored_items_as_views_writes_their_values_before_the_add(buff
     ):
         state = buf.add(state, view(state))
     assert all(torch.equal(a, b) for a, b in zip(state.experience, reference.experience, strict=True))
+
+
+def samples_alike(buf, state, keys, batch_size) -> None:
+    """Eager samples of ``state`` with ``keys``, through the draw-and-gather kernel and with it off:
+    the same indices and items; every native call must have stood in."""
+    results: list[bool] = []
+    real = _core.draw_rows_native
+
+    def spy(*args):
+        out = real(*args)
+        results.append(out is not None)
+        return out
+
+    for key in keys:
+        with mock.patch.object(flat_buffer, "draw_rows_native", spy):
+            native = buf.sample(state, key, batch_size)
+        with mock.patch.object(flat_buffer, "draw_rows_native", return_value=None):
+            torch_ops = buf.sample(state, key, batch_size)
+        assert torch.equal(native.indices, torch_ops.indices)
+        assert _core.tree_map(torch.equal, native.items, torch_ops.items) == _core.tree_map(
+            lambda _: True, torch_ops.items
+        )
+        assert torch.equal(native.weights, torch_ops.weights)
+    assert results == [True] * len(keys)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    example=item_layouts(),
+    capacity=st.integers(1, 40),
+    added=st.integers(1, 60),
+    batch_size=st.integers(1, 50),
+    seed=st.integers(0, 2**31),
+)
+def test_flat_native_sample_draws_and_gathers_what_the_torch_ops_do(
+    example, capacity, added, batch_size, seed
+):
+    buf = fb.flat(capacity)
+    generator = torch.Generator().manual_seed(seed)
+    state = buf.add(buf.init(example), batch_like(example, (added,), generator))
+    keys = list(frandom.split(frandom.key(seed), 3))
+    keys.append(frandom.split(frandom.key(seed + 1), 4).t()[:, 2])  # a strided key
+    samples_alike(buf, state, keys, batch_size)
+
+
+def test_the_sample_kernel_steps_aside_for_modes_subclasses_and_bad_keys():
+    buf = fb.flat(6)
+    state = buf.add(buf.init({"obs": torch.zeros(3)}), {"obs": torch.randn(4, 3)})
+    key = frandom.key(0)
+    with TorchDispatchMode():
+        assert _core.draw_rows_native(state.experience, key, 5, 4) is None
+    assert _core.draw_rows_native(state.experience, key.to(torch.int32), 5, 4) is None
+    mapped = type(state.experience)(torch.nn.Parameter(state.experience[0], requires_grad=False))
+    assert _core.draw_rows_native(mapped, key, 5, 4) is None
+    # the torch path then words the bad key
+    with pytest.raises(TypeError, match="key: expected dtype torch.int64"):
+        buf.sample(state, key.to(torch.int32), 5)
