@@ -1,4 +1,5 @@
-// Threefry-2x32 (20 rounds) for eager CPU calls of funrl.random: one pass over the output instead
+// Threefry-2x32 (20 rounds) for eager CPU calls of funrl.random (and the draw of funrl.buffers'
+// eager flat sample, funrl_randint_rows): one pass over the output instead
 // of ~170 torch integer ops of a few microseconds each. Same values as funrl.random.threefry2x32's
 // torch ops (tests/test_random.py compares them): each input word is taken mod 2**32, and the
 // outputs are written as int64 in [0, 2**32).
