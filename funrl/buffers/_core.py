@@ -417,7 +417,9 @@ def draw_rows_native(
     then words the error), a group is not a plain contiguous CPU tensor, ``high`` is out of the
     kernel's range, or the kernel could not be built.
     """
-    if not (_native.plain_eager(key, dtype=torch.int64) and key.shape == (2,) and 0 < high < 2**63):
+    if not isinstance(key, torch.Tensor) or key.shape != (2,) or not 0 < high < 2**63:
+        return None
+    if not _native.plain_eager(key, dtype=torch.int64):
         return None
     for g in experience:
         if type(g) is not torch.Tensor or not g.is_cpu or not g.is_contiguous():

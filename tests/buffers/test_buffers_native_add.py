@@ -262,3 +262,6 @@ def test_the_sample_kernel_steps_aside_for_modes_subclasses_and_bad_keys():
     # the torch path then words the bad key
     with pytest.raises(TypeError, match="key: expected dtype torch.int64"):
         buf.sample(state, key.to(torch.int32), 5)
+    assert _core.draw_rows_native(state.experience, "not a key", 5, 4) is None
+    with pytest.raises(TypeError, match="key: expected a key tensor"):
+        buf.sample(state, "not a key", 5)
