@@ -32,7 +32,7 @@ import torch
 
 from funrl import _native
 from funrl.buffers._storage import ItemLayout, in_transform, layout_of, packed_type, path_str, unpack
-from funrl.random import _KERNEL as _THREEFRY  # the eager sample draws and gathers in its kernel
+from funrl.random import _native_for as _threefry_for  # the eager sample draws and gathers in its kernel
 
 __all__ = ["Buffer", "Sample", "StaleStateError"]
 
@@ -419,12 +419,10 @@ def draw_rows_native(
     """
     if not isinstance(key, torch.Tensor) or key.shape != (2,) or not 0 < high < 2**63:
         return None
-    if not _native.plain_eager(key, dtype=torch.int64):
-        return None
     for g in experience:
         if type(g) is not torch.Tensor or not g.is_cpu or not g.is_contiguous():
             return None
-    lib = _THREEFRY.get()
+    lib = _threefry_for(key)  # funrl.random's kernel, if plain eager with a plain CPU int64 key
     if lib is None:
         return None
     rows = torch.empty(n, dtype=torch.int64)
