@@ -31,10 +31,10 @@ from funrl.buffers._core import (
     check_fresh,
     check_sample_count,
     gather_rows,
-    in_transform,
     init_storage,
     ring_rows,
 )
+from funrl.buffers._storage import in_transform
 from funrl.buffers.flat_buffer import write_items
 from funrl.buffers.trajectory_buffer import (
     TrajectoryConfig,
