@@ -89,6 +89,7 @@ void funrl_randint_rows(const int64_t* key, int64_t stride, int64_t span, int64_
   constexpr int64_t kPrefetchAhead = 16;
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t size = row_bytes[g];
+    if (size == 0) continue;  // zero-size leaves only: the storage may have no memory at all
     for (int64_t i = 0; i < n; ++i) {
       if (i + kPrefetchAhead < n) {
         const char* ahead = src[g] + rows[i + kPrefetchAhead] * size;

@@ -265,3 +265,12 @@ def test_the_sample_kernel_steps_aside_for_modes_subclasses_and_bad_keys():
     assert _core.draw_rows_native(state.experience, "not a key", 5, 4) is None
     with pytest.raises(TypeError, match="key: expected a key tensor"):
         buf.sample(state, "not a key", 5)
+
+
+def test_a_group_of_zero_size_leaves_samples_through_the_kernel():
+    # its storage has no memory (data_ptr 0): the kernel copies nothing from it
+    buf = fb.flat(5)
+    example = {"empty": torch.zeros(0), "id": torch.zeros((), dtype=torch.int64)}
+    state = buf.add(buf.init(example), {"empty": torch.zeros(3, 0), "id": torch.arange(3)})
+    assert state.experience[0].shape == (5, 0)
+    samples_alike(buf, state, list(frandom.split(frandom.key(7), 3)), 4)
