@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import funrl.buffers as fb
 from funrl import random as frandom
+from funrl import tree
 from funrl.buffers import _core, flat_buffer, trajectory_buffer
 
 DTYPES = [
@@ -223,11 +224,7 @@ def samples_alike(buf, state, keys, batch_size) -> None:
             native = buf.sample(state, key, batch_size)
         with mock.patch.object(flat_buffer, "draw_rows_native", return_value=None):
             torch_ops = buf.sample(state, key, batch_size)
-        assert torch.equal(native.indices, torch_ops.indices)
-        assert _core.tree_map(torch.equal, native.items, torch_ops.items) == _core.tree_map(
-            lambda _: True, torch_ops.items
-        )
-        assert torch.equal(native.weights, torch_ops.weights)
+        assert tree.tree_equal(native, torch_ops)  # indices, items (same dtypes and shapes), weights
     assert results == [True] * len(keys)
 
 
