@@ -72,8 +72,8 @@ class ItemLayout:
     leaf_dtypes: per leaf, its dtype.
     offsets:  per leaf, its first byte in its group's row.
     hosted:   the bool leaves stored as bytes at the end of another group's row (tree order);
-              empty when the item has no bool leaf or no group to host them.
-    host:     the group holding ``hosted`` (its dtype 4 or 8 bytes, not complex), or None.
+              empty when the item has no bool leaf or no group to host them (``host``: the
+              group holding them).
     leaf_paths: per leaf, its path (keys and indices from the root).
     dict_keys: the keys in tree order when the item is a flat dict of tensors (the usual
               transition; its batches are then checked without a pytree flatten), else None.
@@ -94,7 +94,6 @@ class ItemLayout:
     leaf_dtypes: tuple[torch.dtype, ...]
     offsets: tuple[int, ...]
     hosted: tuple[int, ...]
-    host: int | None
     leaf_paths: tuple[tuple[Any, ...], ...]
     dict_keys: tuple[Any, ...] | None
     dict_order: tuple[tuple[Any, int], ...] | None
@@ -136,12 +135,17 @@ class ItemLayout:
             leaf_dtypes,
             tuple(offsets),
             hosted,
-            dtypes.index(host) if hosted else None,
             tuple(tuple(p) for p in treespec.paths()),
             dict_keys,
             dict_order,
             optree.tree_unflatten(treespec, list(range(len(leaves)))),
         )
+
+    @functools.cached_property
+    def host(self) -> int | None:
+        """The group holding the ``hosted`` bool leaves (its dtype 4 or 8 bytes, not complex), or
+        None when nothing is hosted."""
+        return self.groups[self.hosted[0]] if self.hosted else None
 
     @functools.cached_property
     def unpack_plan(self) -> UnpackPlan:
