@@ -22,6 +22,7 @@ __all__ = [
     "scan",
     "fori_loop",
     "is_compiling",
+    "is_traced",
     "compile",
     "INDUCTOR_OPTIONS",
     "CPP_WRAPPER_OPTIONS",
@@ -208,6 +209,12 @@ def _quietly(fn: Callable[[], Any]) -> None:
 def is_compiling() -> bool:
     """True while ``torch.compile`` (dynamo) is tracing the calling code."""
     return torch.compiler.is_compiling()
+
+
+def is_traced() -> bool:
+    """True while ``torch.compile`` traces the caller or a ``torch.func`` transform (vmap, grad)
+    runs it: the one place funrl asks whether values can be read on the host (eager checks)."""
+    return torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def _scan_loop(
