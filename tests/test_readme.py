@@ -1,6 +1,8 @@
-"""The README's quick-start commands and CI's script stay the same commands."""
+"""The README's quick-start commands and CI's script stay the same commands; its tour runs."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,3 +31,27 @@ def test_ci_installs_and_tests_as_the_readme_says() -> None:
     assert re.search(rf"^{re.escape(install)}", ci, flags=re.M), install
     assert re.search(rf"^{re.escape(pytest_command)}$", ci, flags=re.M), pytest_command
     assert 'if [ "$rc" -eq 5 ]' in ci
+
+
+def _tour() -> str:
+    text = (ROOT / "README.md").read_text()
+    tour = text[text.index("## A tour") :]
+    (block,) = re.findall(r"```python\n(.+?)\n```", tour, flags=re.S)[:1]
+    return block
+
+
+def test_readme_tour_runs_verbatim(tmp_path) -> None:
+    """The tour runs as a user pastes it: a fresh interpreter, the block as it stands."""
+    script = tmp_path / "tour.py"
+    script.write_text(_tour())
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.strip().splitlines()[-1] == "torch.Size([4, 4])", result.stdout
+
+
+def test_readme_does_not_point_to_the_developers_design_contract() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "DESIGN.md" not in text
+    assert (ROOT / "docs" / "design.md").is_file()
