@@ -10,12 +10,9 @@
 ``add`` writes into the storage of the state it receives and returns the state to use from then
 on; using an older state raises :class:`StaleStateError` in eager mode (see ``_core``).
 ``add`` and ``sample`` cost O(batch), vmap over stacked states (one buffer per seed) and compile
-with ``torch.compile(fullgraph=True)``. Eager ``add`` is about as cheap as a hand-written ring
-buffer. Storage is packed: one ``[capacity, width]`` tensor per dtype, a row per item, with bool
-leaves as bytes at the end of the largest 4- or 8-byte dtype's row, so a sampled transition is
-read from one place rather than one per leaf (``storage_items(state.experience)`` gives the item
-pytree of views). CPU storages of 2 MiB or more are backed by
-transparent huge pages, so random rows of a multi-gigabyte buffer do not each cost a page walk.
+with ``torch.compile(fullgraph=True)``. ``state.experience`` is the item pytree with storage dims
+in front of every leaf (``[capacity, ...]``), as in flashbax: ``add`` writes each leaf's new rows
+with one ``index_put_``, ``sample`` gathers each leaf's rows with one index.
 
 Also here:
 
@@ -30,7 +27,6 @@ Also here:
 
 from funrl.buffers import sum_tree, without_replacement
 from funrl.buffers._core import Buffer, Sample, StaleStateError, copy_state
-from funrl.buffers._storage import storage_items
 from funrl.buffers.flat_buffer import FlatState, flat, items_in_order
 from funrl.buffers.interop import TORCHRL_KEYS, from_tensordict, to_tensordict
 from funrl.buffers.mixer import Mixer, mixer
@@ -49,7 +45,6 @@ __all__ = [
     "Sample",
     "StaleStateError",
     "copy_state",
-    "storage_items",
     "FlatState",
     "flat",
     "items_in_order",

@@ -16,21 +16,16 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
-    advanced_count,
-    check_batch_leaves,
-    check_capacity,
+    advance_count,
+    check_batch,
     check_fresh,
+    check_positive_int,
     check_sample_count,
-    draw_rows_native,
-    gather_rows,
+    flatten_with_path,
     init_storage,
-    ring_rows,
-    unaliased,
-    write_ring_native,
-    write_ring_slices,
-    write_rows,
+    storage_device,
+    tree_map,
 )
-from funrl.buffers._storage import layout_of, pack, pack_into, unpack
 
 __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 
@@ -38,10 +33,8 @@ __all__ = ["FlatState", "FlatConfig", "flat", "items_in_order"]
 class FlatState(NamedTuple):
     """State of a flat buffer.
 
-    experience:    the packed storage (``PackedItems``: one tensor ``[capacity, width]`` per
-                   dtype, a row per item; ``storage_items(experience)`` gives the item pytree
-                   of views ``[capacity, *item_shape]``); row ``count % capacity`` is written
-                   next.
+    experience:    the item pytree, each leaf ``[capacity, *item_shape]``; row
+                   ``count % capacity`` is written next.
     count:         int64 scalar, items added so far (the write head is ``count % capacity``,
                    the fill ``min(count, capacity)``).
     storage_count: int64 ``[1]`` shared by every state of this storage, advanced in place by
@@ -61,48 +54,26 @@ class FlatConfig:
 
 def _init(config: FlatConfig, example_item: Any) -> FlatState:
     experience = init_storage(example_item, (config.capacity,))
-    zero = torch.zeros((), dtype=torch.int64, device=experience[0].device)
-    return FlatState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
+    zero = torch.zeros((), dtype=torch.int64, device=storage_device(experience))
+    return FlatState(experience=experience, count=zero, storage_count=zero.reshape(1).clone())
 
 
-def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Check ``batch`` and write it at the head in place; returns ``(new_count, start, written)``.
-
-    The last ``written = min(B, capacity)`` items of the batch land in rows
-    ``ring_rows(start, written, capacity)``. Traced (compile, vmap), the batch is packed (one
-    ``cat`` per dtype) and written with one ``index_put_`` per dtype group. Eager on one buffer,
-    the head is read once (the stale-state check reads the counters anyway) and the rows are
-    written in place with no index tensor: on the CPU by one C++ call
-    (:func:`~funrl.buffers._core.write_ring_native`), else per group by one ``cat`` straight into
-    them or, where the rows wrap around, packed and copied in two slices.
-    """
-    (batch_size,), leaves = check_batch_leaves(batch, state.experience, batch_ndim=1)
-    count = check_fresh(state.count, state.storage_count, "add")
-    # Only the last `capacity` items survive; writing the rest would alias rows in one index_put_.
-    skipped = max(0, batch_size - capacity)
-    if skipped:
-        leaves = [x[skipped:] for x in leaves]
-    start = state.count + skipped if skipped else state.count
-    written = batch_size - skipped
-    if count is None:  # traced, or stacked states
-        rows = ring_rows(start, written, capacity)
-        write_rows(state.experience, (rows,), pack(layout_of(state.experience), leaves, (written,)))
-        new_count = state.count + batch_size
-        state.storage_count.copy_(new_count)
-        return new_count, start, written
-    head = (count + skipped) % capacity
-    leaves = unaliased(state.experience, leaves)
-    if not write_ring_native(state.experience, leaves, head, written):
-        layout = layout_of(state.experience)
-        if head + written <= capacity:  # no wrap: into the rows
-            pack_into(layout, leaves, [g.narrow(0, head, written) for g in state.experience])
-        else:
-            write_ring_slices(state.experience, head, pack(layout, leaves, (written,)))
-    return advanced_count(state, count + batch_size), start, written
+def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``batch`` (leaves ``[B, ...]``) and write it at the head, in place; returns
+    ``(new_count, rows)``: the last ``min(B, capacity)`` items of the batch land in ``rows``."""
+    (batch_size,), leaves, stored = check_batch(batch, state.experience, storage_ndim=1, batch_ndim=1)
+    check_fresh(state.count, state.storage_count, "add")
+    # Only the last `capacity` items survive; writing the others too would repeat rows in one write.
+    kept = min(batch_size, capacity)
+    first = state.count + (batch_size - kept)
+    rows = torch.remainder(first + torch.arange(kept, device=first.device), capacity)
+    for store, leaf in zip(stored, leaves, strict=True):
+        store.index_put_((rows,), leaf[batch_size - kept :])
+    return advance_count(state, batch_size), rows
 
 
 def _add(config: FlatConfig, state: FlatState, batch: Any) -> FlatState:
-    new_count, _, _ = write_items(config.capacity, state, batch)
+    new_count, _ = write_items(config.capacity, state, batch)
     return state._replace(count=new_count)
 
 
@@ -110,39 +81,34 @@ def _can_sample(config: FlatConfig, state: FlatState) -> torch.Tensor:
     return state.count >= config.min_length
 
 
+def gather(experience: Any, rows: torch.Tensor) -> Any:
+    """The items at ``rows`` (int64 ``[B]``) of a flat storage: leaves ``[B, *item_shape]``, copies."""
+    return tree_map(lambda x: x.index_select(0, rows), experience)
+
+
 def _sample(config: FlatConfig, state: FlatState, key: torch.Tensor, batch_size: int) -> Sample:
-    count = check_sample_count(state, config.min_length, batch_size)
-    # Traced, clamp: never a zero range inside a compiled graph (eager raised above instead).
-    # Eager, a Python int bounds the draw: no tensor ops for the range.
-    filled = (
-        torch.clamp(state.count, min=1, max=config.capacity) if count is None else min(count, config.capacity)
-    )
-    drawn = None if count is None else draw_rows_native(state.experience, key, batch_size, filled)
-    if drawn is None:
-        indices = frandom.randint(key, (batch_size,), 0, filled)
-        items = gather_rows(state.experience, indices)
-    else:
-        indices, groups = drawn
-        items = unpack(layout_of(state.experience), groups)
+    check_sample_count(state, config.min_length, batch_size)
+    # at least 1: traced code never draws from an empty range (eager code raised above instead)
+    filled = torch.clamp(state.count, min=1, max=config.capacity)
+    indices = frandom.randint(key, (batch_size,), 0, filled)
     weights = torch.ones(batch_size, dtype=torch.float32, device=indices.device)
-    return Sample(items=items, indices=indices, weights=weights)
+    return Sample(items=gather(state.experience, indices), indices=indices, weights=weights)
 
 
 def flat(capacity: int, min_length: int = 1) -> Buffer:
     """A uniform circular replay buffer of ``capacity`` items.
 
     ``init(example_item)`` allocates zero storage for ``capacity`` items like ``example_item``
-    (one item, no batch dim), packed: one ``[capacity, width]`` tensor per dtype (bool leaves as
-    bytes in another dtype's row, see ``funrl.buffers._storage``). ``add(state, batch)`` takes
+    (one item, no batch dim): each leaf ``[capacity, *leaf.shape]``. ``add(state, batch)`` takes
     leaves ``[B, ...]`` and keeps the last ``capacity`` items ever added; it writes in place and
     returns the state to use from then on (an older state raises
-    :class:`~funrl.buffers.StaleStateError` in eager mode). ``sample(state, key, batch_size)``
-    draws ``batch_size`` stored items uniformly with replacement (eagerly, leaves are views of one
-    gathered block per dtype); ``weights`` are ones. ``can_sample(state)`` is
+    :class:`~funrl.buffers.StaleStateError` in eager mode; ``batch`` must not be a view of the
+    storage, which torch refuses). ``sample(state, key, batch_size)`` draws ``batch_size`` stored
+    items uniformly with replacement; ``weights`` are ones. ``can_sample(state)`` is
     ``count >= min_length``; in eager mode ``sample`` raises ``ValueError`` before that.
     """
-    check_capacity(capacity, "capacity")
-    check_capacity(min_length, "min_length")
+    check_positive_int(capacity, "capacity")
+    check_positive_int(min_length, "min_length")
     config = FlatConfig(capacity=capacity, min_length=min_length)
     return Buffer(
         init=lambda example_item: _init(config, example_item),
@@ -154,8 +120,7 @@ def flat(capacity: int, min_length: int = 1) -> Buffer:
 
 def items_in_order(state: FlatState) -> Any:
     """The stored items, oldest first (leaves ``[min(count, capacity), ...]``); eager helper."""
-    capacity = state.experience[0].shape[0]
+    capacity = flatten_with_path(state.experience)[1][0].shape[0]
     count = int(state.count)
-    filled = min(count, capacity)
-    rows = torch.remainder(torch.arange(count - filled, count), capacity)
-    return gather_rows(state.experience, rows)
+    rows = torch.arange(max(0, count - capacity), count, device=state.count.device) % capacity
+    return gather(state.experience, rows)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from funrl import random as frandom
-from funrl.buffers._core import Sample, check_batch_size, flatten_with_path, tree_map
+from funrl.buffers._core import Sample, check_positive_int, flatten_with_path, tree_map
 
 __all__ = ["Mixer", "mixer"]
 
@@ -58,7 +58,7 @@ def mixer(buffers: Sequence[Any], proportions: Sequence[float]) -> Mixer:
     fractions = tuple(p / sum(props) for p in props)
 
     def split_sizes(batch_size: int) -> tuple[int, ...]:
-        check_batch_size(batch_size)
+        check_positive_int(batch_size, "batch_size")
         return _split_sizes(batch_size, fractions)
 
     def check_states(states: Sequence[Any]) -> None:

@@ -36,16 +36,13 @@ import torch
 from tensordict import TensorDict
 
 from funrl.buffers._core import check_fresh
-from funrl.buffers._storage import ItemLayout, is_packed, item_example, layout_of, pack, packed_type
 
 __all__ = ["save", "load", "BufferFileError"]
 
-FORMAT = "funrl.buffers/3"
-"""Format 3 stores packed storage (one tensor per dtype, bool leaves as bytes in another dtype's
-row, with its item layout). Format 2 (a bool group of its own) still loads: its bool rows are
-moved into the host rows, a copy in memory even with ``mmap=True``. Format 1, one tensor per leaf,
-is refused with a clear error rather than loaded into a state ``add`` rejects."""
-_READABLE = (FORMAT, "funrl.buffers/2")
+FORMAT = "funrl.buffers/4"
+"""Format 4 stores the state's leaves as they are: the item pytree's storage one tensor per leaf.
+Formats 2 and 3 (packed storage: one tensor per dtype) are refused with a clear error rather than
+loaded into a state ``add`` rejects."""
 _META = "funrl_buffer.json"
 _TENSORS = "tensors"
 _CHUNK = 1 << 26  # 64 MiB per hashing step: bounded memory for memory-mapped leaves
@@ -61,13 +58,6 @@ def _encode(node: Any, leaves: list[torch.Tensor], where: str) -> Any:
         return {"leaf": len(leaves) - 1}
     if node is None:
         return {"none": True}
-    if is_packed(node):
-        # The item structure, dtypes and shapes determine the layout: save an example item's.
-        example: list[torch.Tensor] = []
-        item = _encode(item_example(layout_of(node)), example, f"{where}.layout")
-        described = [[str(x.dtype).removeprefix("torch."), list(x.shape)] for x in example]
-        groups = [_encode(g, leaves, f"{where}.group{i}") for i, g in enumerate(node)]
-        return {"packed": {"item": item, "leaves": described}, "groups": groups}
     if isinstance(node, tuple) and hasattr(node, "_fields"):
         cls = type(node)
         fields = [[f, _encode(getattr(node, f), leaves, f"{where}.{f}")] for f in node._fields]
@@ -105,8 +95,6 @@ def _decode(node: Any, leaves: list[torch.Tensor]) -> Any:
         return leaves[node["leaf"]]
     if "none" in node:
         return None
-    if "packed" in node:
-        return _decode_packed(node, leaves)
     if "namedtuple" in node:
         cls = _namedtuple_class(node["namedtuple"])
         return cls(**{f: _decode(v, leaves) for f, v in node["fields"]})
@@ -117,52 +105,6 @@ def _decode(node: Any, leaves: list[torch.Tensor]) -> Any:
     if "tuple" in node:
         return tuple(_decode(v, leaves) for v in node["tuple"])
     raise BufferFileError(f"path: malformed tree structure entry {node!r}")
-
-
-def _decode_packed(node: dict[str, Any], leaves: list[torch.Tensor]) -> Any:
-    try:
-        example = [
-            torch.empty(shape, dtype=_dtype(name), device="meta") for name, shape in node["packed"]["leaves"]
-        ]
-        layout = ItemLayout.of(_decode(node["packed"]["item"], example))
-        groups = [_decode(g, leaves) for g in node["groups"]]
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise BufferFileError(f"path: malformed packed storage entry ({err})") from None
-    found = [(g.dtype, g.shape[-1] if g.dim() else None) for g in groups]
-    if found == list(zip(layout.dtypes, layout.widths, strict=True)):
-        return packed_type(layout)(*groups)
-    by_dtype = _one_group_per_dtype(layout)
-    if found != list(by_dtype.items()):
-        raise BufferFileError("path: the packed storage's tensors do not match its item layout")
-    # format 2: one group per dtype, bool leaves in their own; repack (a copy)
-    storage_dims = tuple(groups[0].shape[:-1])
-    item_leaves: list[torch.Tensor | None] = [None] * len(layout.leaf_dtypes)
-    try:
-        for group, dtype in zip(groups, by_dtype, strict=True):
-            members = [i for i, d in enumerate(layout.leaf_dtypes) if d == dtype]
-            pieces = group.split_with_sizes([layout.leaf_widths[i] for i in members], -1)
-            for i, piece in zip(members, pieces, strict=True):
-                item_leaves[i] = piece.reshape(*storage_dims, *layout.shapes[i])
-        return packed_type(layout)(*pack(layout, item_leaves, storage_dims))
-    except RuntimeError as err:  # groups of different storage dims: not a buffer funrl wrote
-        raise BufferFileError(
-            f"path: the packed storage's tensors do not match its item layout ({err})"
-        ) from None
-
-
-def _one_group_per_dtype(layout: ItemLayout) -> dict[torch.dtype, int]:
-    """Format 2's groups of ``layout``'s item: per dtype (in first-leaf order), its columns."""
-    widths: dict[torch.dtype, int] = {}
-    for dtype, width in zip(layout.leaf_dtypes, layout.leaf_widths, strict=True):
-        widths[dtype] = widths.get(dtype, 0) + width
-    return widths
-
-
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None) if isinstance(name, str) else None
-    if not isinstance(dtype, torch.dtype):
-        raise BufferFileError(f"path: unknown dtype {name!r} in the item layout")
-    return dtype
 
 
 def _checksum(tensor: torch.Tensor) -> str:
@@ -228,9 +170,7 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
     mmap=True: leaves are memory-mapped copy-on-write from the saved files (CPU); writes (``add``)
     stay in memory. mmap=False: leaves are read into ordinary tensors. verify=True: every leaf's
     checksum is checked (reads every byte once). Raises :class:`BufferFileError` for a missing,
-    truncated or corrupted buffer. A buffer saved in format 2 whose items have bool leaves is
-    repacked into the current layout on load: the groups it rebuilds are in-memory copies, whatever
-    ``mmap`` says (save it again to map it).
+    truncated or corrupted buffer, or one of another format.
     """
     root = Path(path)
     meta_file = root / _META
@@ -242,11 +182,11 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
         meta = json.loads(meta_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BufferFileError(f"path: {meta_file} is corrupted ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") not in _READABLE:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
         hint = (
-            " (written by an earlier funrl, one tensor per leaf; save it again)"
-            if found == "funrl.buffers/1"
+            " (written by an earlier funrl, whose buffers this one does not read)"
+            if isinstance(found, str) and found.startswith("funrl.buffers/")
             else ""
         )
         raise BufferFileError(f"path: {meta_file} has format {found!r}, expected {FORMAT!r}{hint}")
@@ -282,5 +222,4 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
         if verify and _checksum(private) != info["blake2b"]:
             raise BufferFileError(f"path: leaf {i} of {root} is corrupted (checksum mismatch)")
         leaves.append(private if mmap else private.clone())
-    state = _decode(meta["spec"], leaves)
-    return state
+    return _decode(meta["spec"], leaves)

@@ -27,15 +27,13 @@ from funrl import random as frandom
 from funrl.buffers import sum_tree
 from funrl.buffers._core import (
     Sample,
-    check_capacity,
     check_fresh,
+    check_positive_int,
     check_sample_count,
-    gather_rows,
     init_storage,
-    ring_rows,
+    storage_device,
 )
-from funrl.buffers._storage import in_transform
-from funrl.buffers.flat_buffer import write_items
+from funrl.buffers.flat_buffer import gather, write_items
 from funrl.buffers.trajectory_buffer import (
     TrajectoryConfig,
     check_can_sample,
@@ -44,6 +42,7 @@ from funrl.buffers.trajectory_buffer import (
     init_trajectory,
     write_steps,
 )
+from funrl.control import is_traced
 
 __all__ = ["PrioritisedBuffer", "PrioritisedState", "prioritised", "prioritised_trajectory"]
 
@@ -65,8 +64,8 @@ class PrioritisedBuffer(NamedTuple):
 class PrioritisedState(NamedTuple):
     """State of a prioritised buffer.
 
-    experience:    packed storage, as in ``FlatState`` (rows ``[capacity]``) or
-                   ``TrajectoryState`` (rows ``[num_envs, max_length]``).
+    experience:    the item pytree, as in ``FlatState`` (leaves ``[capacity, ...]``) or
+                   ``TrajectoryState`` (leaves ``[num_envs, max_length, ...]``).
     count:         int64 scalar, items (flat) or time steps per env (trajectory) added so far.
     storage_count: int64 ``[1]`` shared by every state of this storage (stale-state check).
     sum_tree:      float64 ``[2 * P]`` sum-tree of ``priority ** alpha`` (see ``sum_tree``);
@@ -104,12 +103,8 @@ def _importance_weights(
 
 
 def _min_max(x: torch.Tensor) -> tuple[float, float]:
-    """``x``'s minimum and maximum as Python numbers: on the CPU two ``.item()`` reads (cheaper
-    than a ``stack``); elsewhere one transfer of both, one host sync where two ``.item()`` are two."""
-    lowest, highest = torch.aminmax(x)
-    if x.is_cpu:
-        return lowest.item(), highest.item()
-    return tuple(torch.stack((lowest, highest)).tolist())
+    """``x``'s minimum and maximum as Python numbers, read in one transfer."""
+    return tuple(torch.stack(torch.aminmax(x)).tolist())
 
 
 def _check_priorities(indices: torch.Tensor, priorities: torch.Tensor, num_leaves: int) -> None:
@@ -123,7 +118,7 @@ def _check_priorities(indices: torch.Tensor, priorities: torch.Tensor, num_leave
         raise ValueError(
             f"priorities: expected shape {list(indices.shape)} (as indices), got {list(priorities.shape)}"
         )
-    if in_transform() or not indices.numel():
+    if is_traced() or not indices.numel():
         return
     # One reduction per tensor (an eager op costs microseconds): a NaN makes the minimum NaN.
     lowest, highest = _min_max(priorities)
@@ -153,7 +148,7 @@ def _set_priorities(
 
 def _new_priority_fields(experience: Any, num_leaves: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The sum-tree and max-priority cell, on the device of the (checked, allocated) storage."""
-    device = experience[0].device
+    device = storage_device(experience)
     return sum_tree.init(num_leaves, device), torch.ones(1, dtype=torch.float64, device=device)
 
 
@@ -170,8 +165,8 @@ def prioritised(
     ``update_priorities(state, sample.indices, new_priorities)`` (e.g. ``|TD error| + eps``)
     costs ``O(batch * log capacity)``.
     """
-    check_capacity(capacity, "capacity")
-    check_capacity(min_length, "min_length")
+    check_positive_int(capacity, "capacity")
+    check_positive_int(min_length, "min_length")
     _check_exponent(alpha, "alpha")
     _check_exponent(beta, "beta")
     config = PrioritisedConfig(alpha=float(alpha), beta=float(beta))
@@ -180,11 +175,10 @@ def prioritised(
         experience = init_storage(example_item, (capacity,))
         tree, max_priority = _new_priority_fields(experience, capacity)
         zero = torch.zeros((), dtype=torch.int64, device=tree.device)
-        return PrioritisedState(experience, zero.clone(), zero.reshape(1).clone(), tree, max_priority)
+        return PrioritisedState(experience, zero, zero.reshape(1).clone(), tree, max_priority)
 
     def add(state: PrioritisedState, batch: Any) -> PrioritisedState:
-        new_count, start, written = write_items(capacity, state, batch)
-        rows = ring_rows(start, written, capacity)
+        new_count, rows = write_items(capacity, state, batch)
         new_values = state.max_priority.expand(rows.shape)
         _set_priorities(state, rows, new_values, torch.ones_like(rows, dtype=torch.bool), config.alpha)
         return state._replace(count=new_count)
@@ -199,7 +193,7 @@ def prioritised(
         filled = torch.clamp(state.count, min=1, max=capacity)
         uniforms = frandom.uniform(key, (batch_size,), dtype=torch.float64)
         indices = sum_tree.sample_stratified(state.sum_tree, uniforms, filled)
-        items = gather_rows(state.experience, indices)
+        items = gather(state.experience, indices)
         weights = _importance_weights(state.sum_tree, indices, filled, config.beta if beta is None else beta)
         return Sample(items=items, indices=indices, weights=weights)
 

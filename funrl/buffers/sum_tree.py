@@ -13,36 +13,9 @@ Every function is batched over a vector of items, costs ``O(batch * log P)``, wr
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
-from funrl import _native
-from funrl.buffers._core import storage_zeros
-
 __all__ = ["init", "depth", "total", "leaf_values", "update", "sample_stratified", "find"]
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.funrl_sum_tree_find.argtypes = [ptr, i64, i64, ptr, ptr, i64]
-    lib.funrl_sum_tree_find.restype = None
-    lib.funrl_sum_tree_update.argtypes = [ptr, i64, i64, ptr, ptr, i64]
-    lib.funrl_sum_tree_update.restype = i64
-
-
-# Eager CPU calls on one tree run the descent and the update in C++ (funrl/_csrc/sum_tree.cpp):
-# a few torch ops per level cost ~1 ms per sample + update at 1e6 items. Traced, vmapped or on
-# another device, the torch ops below run (the same float64 operations).
-_KERNEL = _native.LazyLibrary("sum_tree.cpp", "funrl.buffers", "the eager sum-tree kernel", _declare)
-
-
-def _kernel_for(tree: torch.Tensor, *others: torch.Tensor) -> ctypes.CDLL | None:
-    if not _native.plain_eager(tree, *others) or tree.dtype != torch.float64 or tree.dim() != 1:
-        return None
-    if not tree.is_contiguous() or any(t.dim() != 1 for t in others):
-        return None
-    return _KERNEL.get()
 
 
 def _num_leaves(capacity: int) -> int:
@@ -51,7 +24,7 @@ def _num_leaves(capacity: int) -> int:
 
 def init(capacity: int, device: torch.device | str | None = None) -> torch.Tensor:
     """An all-zero tree for ``capacity`` items: float64 ``[2 * next_power_of_two(capacity)]``."""
-    return storage_zeros((2 * _num_leaves(capacity),), torch.float64, device)
+    return torch.zeros(2 * _num_leaves(capacity), dtype=torch.float64, device=device)
 
 
 def depth(tree: torch.Tensor) -> int:
@@ -77,16 +50,7 @@ def update(tree: torch.Tensor, indices: torch.Tensor, values: torch.Tensor) -> t
     rounding errors do not accumulate over updates; for a repeated index one of its values is
     kept (which one is unspecified, as for ``index_put_``).
     """
-    num_leaves = tree.shape[-1] // 2
-    lib = _kernel_for(tree, indices, values)
-    if lib is not None and indices.dtype == torch.int64 and indices.shape == values.shape:
-        idx = indices.contiguous()
-        vals = values.to(torch.float64).contiguous()
-        args = (tree.data_ptr(), num_leaves, depth(tree), idx.data_ptr(), vals.data_ptr(), idx.numel())
-        if lib.funrl_sum_tree_update(*args) < 0:
-            return tree
-        # An index outside the leaves: nothing was written; the torch ops below do what they do.
-    leaf_node = indices + num_leaves
+    leaf_node = indices + tree.shape[-1] // 2
     tree.index_put_((leaf_node,), values.to(tree.dtype))
     for level in range(1, depth(tree) + 1):
         # The ancestor `level` steps up, shifted from the leaf directly: inductor inlines index
@@ -104,19 +68,6 @@ def find(tree: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     Descends from the root: go right (subtracting the left sum) when the target is at least the
     left child's sum. Only items with a positive value are returned while the total is positive.
     """
-    lib = _kernel_for(tree, targets)
-    if lib is not None:
-        remaining = targets.to(torch.float64).contiguous()
-        items = torch.empty(targets.shape, dtype=torch.int64)
-        lib.funrl_sum_tree_find(
-            tree.data_ptr(),
-            depth(tree),
-            tree.shape[-1] // 2,
-            remaining.data_ptr(),
-            items.data_ptr(),
-            items.numel(),
-        )
-        return items
     node = torch.ones_like(targets, dtype=torch.int64)
     remaining = targets.to(tree.dtype)
     for _ in range(depth(tree)):

@@ -20,18 +20,15 @@ from funrl import random as frandom
 from funrl.buffers._core import (
     Buffer,
     Sample,
-    advanced_count,
-    check_batch_leaves,
-    check_capacity,
+    advance_count,
+    check_batch,
     check_fresh,
+    check_positive_int,
     check_sample_count,
     init_storage,
-    ring_rows,
-    unaliased,
-    write_ring_native,
-    write_rows,
+    storage_device,
+    tree_map,
 )
-from funrl.buffers._storage import layout_of, pack, unpack
 
 __all__ = ["TrajectoryState", "TrajectoryConfig", "trajectory"]
 
@@ -39,9 +36,7 @@ __all__ = ["TrajectoryState", "TrajectoryConfig", "trajectory"]
 class TrajectoryState(NamedTuple):
     """State of a trajectory buffer.
 
-    experience:    the packed storage (``PackedItems``: one tensor ``[num_envs, max_length,
-                   width]`` per dtype; ``storage_items(experience)`` gives the item pytree of
-                   views ``[num_envs, max_length, *item_shape]``).
+    experience:    the item pytree, each leaf ``[num_envs, max_length, *item_shape]``.
     count:         int64 scalar, time steps added per environment so far (write head is
                    ``count % max_length``, the stored steps are ``count - min(count, max_length)
                    .. count - 1`` in time order).
@@ -62,10 +57,10 @@ class TrajectoryConfig:
 
 
 def check_trajectory_config(config: TrajectoryConfig) -> None:
-    check_capacity(config.num_envs, "num_envs")
-    check_capacity(config.max_length, "max_length")
-    check_capacity(config.sequence_length, "sequence_length")
-    check_capacity(config.min_length, "min_length")
+    check_positive_int(config.num_envs, "num_envs")
+    check_positive_int(config.max_length, "max_length")
+    check_positive_int(config.sequence_length, "sequence_length")
+    check_positive_int(config.min_length, "min_length")
     if config.sequence_length > config.max_length:
         raise ValueError(
             f"sequence_length: expected at most max_length={config.max_length}, got {config.sequence_length}"
@@ -78,13 +73,14 @@ def check_trajectory_config(config: TrajectoryConfig) -> None:
 
 def init_trajectory(config: TrajectoryConfig, example_item: Any) -> TrajectoryState:
     experience = init_storage(example_item, (config.num_envs, config.max_length))
-    zero = torch.zeros((), dtype=torch.int64, device=experience[0].device)
-    return TrajectoryState(experience=experience, count=zero.clone(), storage_count=zero.reshape(1).clone())
+    zero = torch.zeros((), dtype=torch.int64, device=storage_device(experience))
+    return TrajectoryState(experience=experience, count=zero, storage_count=zero.reshape(1).clone())
 
 
 def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int) -> tuple[torch.Tensor, int]:
-    """Check and write ``batch`` ``[num_envs, T, ...]`` at the head; returns ``(new_count, T)``."""
-    (num_envs, steps), leaves = check_batch_leaves(batch, state.experience, batch_ndim=2)
+    """Check and write ``batch`` ``[num_envs, T, ...]`` at the head, in place; returns
+    ``(new_count, T)``."""
+    (num_envs, steps), leaves, stored = check_batch(batch, state.experience, storage_ndim=2, batch_ndim=2)
     if num_envs != config.num_envs:
         raise ValueError(f"batch: expected leading dim num_envs={config.num_envs}, got {num_envs}")
     if steps > max_steps:
@@ -92,19 +88,13 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
             f"batch: expected at most {max_steps} time steps per add (max_length="
             f"{config.max_length}, sequence_length={config.sequence_length}), got {steps}"
         )
-    count = check_fresh(state.count, state.storage_count, "add")
-    if count is not None:  # eager, one buffer
-        leaves = unaliased(state.experience, leaves)
-        if write_ring_native(state.experience, leaves, count % config.max_length, steps):
-            return advanced_count(state, count + steps), steps
+    check_fresh(state.count, state.storage_count, "add")
     device = state.count.device
-    times = ring_rows(state.count, steps, config.max_length)
+    times = torch.remainder(state.count + torch.arange(steps, device=device), config.max_length)
     envs = torch.arange(num_envs, device=device)
-    new = pack(layout_of(state.experience), leaves, (num_envs, steps))
-    write_rows(state.experience, (envs[:, None], times[None, :]), new)
-    new_count = state.count + steps
-    state.storage_count.copy_(new_count)
-    return new_count, steps
+    for store, leaf in zip(stored, leaves, strict=True):
+        store.index_put_((envs[:, None], times[None, :]), leaf)
+    return advance_count(state, steps), steps
 
 
 def _add(config: TrajectoryConfig, state: TrajectoryState, batch: Any) -> TrajectoryState:
@@ -123,12 +113,10 @@ def check_can_sample(config: TrajectoryConfig, state: Any, batch_size: int) -> N
 def gather_windows(
     config: TrajectoryConfig, experience: Any, envs: torch.Tensor, starts: torch.Tensor
 ) -> Any:
-    """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``
-    (as ``Sample.items``: eagerly, views of one gathered block per dtype)."""
+    """Leaves ``[B, L, ...]``: steps ``starts .. starts + L - 1`` (mod max_length) of ``envs``."""
     offsets = torch.arange(config.sequence_length, device=starts.device)
-    times = starts[:, None] + offsets[None, :]  # starts < max_length, offsets < L <= max_length
-    times = torch.where(times >= config.max_length, times - config.max_length, times)
-    return unpack(layout_of(experience), [g[envs[:, None], times] for g in experience])
+    times = torch.remainder(starts[:, None] + offsets[None, :], config.max_length)
+    return tree_map(lambda x: x[envs[:, None], times], experience)
 
 
 def _sample(config: TrajectoryConfig, state: TrajectoryState, key: torch.Tensor, batch_size: int) -> Sample:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from funrl import random as frandom
-from funrl.buffers._core import check_capacity, flatten_with_path, path_str, tree_map
+from funrl.buffers._core import check_positive_int, flatten_with_path, path_str, tree_map
 
 __all__ = ["minibatches", "epochs"]
 
@@ -61,8 +61,8 @@ def minibatches(key: torch.Tensor, batch: Any, num_minibatches: int, batch_dims:
       the pytree with leaves ``[num_minibatches, N // num_minibatches, ...]``: item ``i`` of the
       flattened batch appears exactly once across all minibatches.
     """
-    check_capacity(num_minibatches, "num_minibatches")
-    check_capacity(batch_dims, "batch_dims")
+    check_positive_int(num_minibatches, "num_minibatches")
+    check_positive_int(batch_dims, "batch_dims")
     n = _batch_size(batch, batch_dims)
     if n % num_minibatches:
         raise ValueError(f"num_minibatches: expected a divisor of the batch size {n}, got {num_minibatches}")
@@ -82,7 +82,7 @@ def epochs(key: torch.Tensor, batch: Any, num_epochs: int, num_minibatches: int,
     Epoch ``e`` equals ``minibatches(split(key, num_epochs)[e], batch, num_minibatches)``; fold
     the first two dims together to scan over every minibatch of every epoch.
     """
-    check_capacity(num_epochs, "num_epochs")
+    check_positive_int(num_epochs, "num_epochs")
     keys = frandom.split(key, num_epochs)
     # vmap over epoch keys: one traced permutation, not num_epochs copies of it, under compile.
     return torch.func.vmap(lambda k: minibatches(k, batch, num_minibatches, batch_dims))(keys)

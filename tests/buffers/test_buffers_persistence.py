@@ -194,33 +194,14 @@ def test_stacked_states_save_and_check_per_buffer(tmp_path):
         fb.save(stale, tmp_path / "t")
 
 
-def test_a_format_2_buffer_with_a_bool_group_loads_into_hosted_rows(tmp_path, monkeypatch):
-    # write a buffer as funrl.buffers/2 did: one group per dtype, done in a bool group of its own
-    buf, state = prioritised_state()
-    monkeypatch.setattr("funrl.buffers._storage._host_dtype", lambda *_: None)
-    monkeypatch.setattr("funrl.buffers.persistence.FORMAT", "funrl.buffers/2")
-    legacy = buf.add(buf.init(ITEM), batch(0, 11))
-    assert [g.dtype for g in legacy.experience] == [torch.int64, torch.bool, torch.float16, torch.float32]
-    legacy = buf.update_priorities(legacy, torch.tensor([1, 3]), torch.tensor([4.0, 0.25]))
-    fb.save(legacy, tmp_path / "old")
-    monkeypatch.undo()
-
-    loaded = fb.load(tmp_path / "old")
-    assert [g.dtype for g in loaded.experience] == [g.dtype for g in state.experience]
-    assert tree.tree_equal(loaded, state)
-    resumed = buf.add(loaded, batch(11, 3))
-    assert tree.tree_equal(resumed, buf.add(state, batch(11, 3)))
-
-
-def test_a_format_2_buffer_whose_groups_disagree_is_refused(tmp_path, monkeypatch):
-    buf = fb.flat(8)
-    monkeypatch.setattr("funrl.buffers._storage._host_dtype", lambda *_: None)
-    monkeypatch.setattr("funrl.buffers.persistence.FORMAT", "funrl.buffers/2")
-    legacy = buf.add(buf.init(ITEM), batch(0, 5))
-    groups = list(legacy.experience)
-    bools = [i for i, g in enumerate(groups) if g.dtype == torch.bool]
-    groups[bools[0]] = groups[bools[0]][:5]  # 5 rows of flags against 8 of everything else
-    fb.save(legacy._replace(experience=type(legacy.experience)(*groups)), tmp_path / "bad")
-    monkeypatch.undo()
-    with pytest.raises(fb.BufferFileError, match="do not match its item layout"):
-        fb.load(tmp_path / "bad")
+@pytest.mark.parametrize("old", ["funrl.buffers/1", "funrl.buffers/2", "funrl.buffers/3"])
+def test_a_buffer_of_an_earlier_format_is_refused_by_name(tmp_path, old):
+    fb.save(fb.flat(4).init(ITEM), tmp_path / "old")
+    meta_file = tmp_path / "old" / "funrl_buffer.json"
+    meta = json.loads(meta_file.read_text())
+    meta["format"] = old
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(
+        fb.BufferFileError, match=f"format '{old}', expected 'funrl.buffers/4' .*written by an earlier funrl"
+    ):
+        fb.load(tmp_path / "old")

@@ -162,7 +162,7 @@ def test_trajectory_priorities_are_nonzero_exactly_on_valid_windows(
         state = buf.add(state, steps(num_envs, total, size))
         total += size
         # a valid start slot holds a step s with oldest <= s <= total - L
-        slot_steps = fb.storage_items(state.experience)["step"][0]
+        slot_steps = state.experience["step"][0]
         written = torch.arange(max_length) < min(total, max_length)
         valid = written & (slot_steps >= max(0, total - max_length)) & (slot_steps <= total - seq_len)
         leaves = sum_tree.leaf_values(state.sum_tree, torch.arange(num_envs * max_length)).view(num_envs, -1)
@@ -186,7 +186,7 @@ def test_trajectory_update_ignores_windows_invalidated_since_sampling():
     sample = buf.sample(state, frandom.key(0), 8)
     state = buf.add(state, steps(1, 4, 4))  # overwrites slots 4, 5, 0, 1: head at slot 2
     state = buf.update_priorities(state, sample.indices, torch.full((8,), 9.0))
-    slot_steps = fb.storage_items(state.experience)["step"][0]
+    slot_steps = state.experience["step"][0]
     leaves = sum_tree.leaf_values(state.sum_tree, torch.arange(6))
     assert torch.equal(leaves > 0, (slot_steps >= 2) & (slot_steps <= 5))
 
@@ -228,57 +228,6 @@ def test_compiled_prioritised_step_equals_eager():
         compiled_state, compiled_sample = compiled(compiled_state, batch, frandom.key(i))
         assert tree.tree_allclose(compiled_sample, eager_sample)
         assert tree.tree_allclose(compiled_state, eager_state)
-
-
-class _TorchOpsOnly(torch.overrides.TorchFunctionMode):
-    """Changes nothing; with a function mode active the sum-tree takes its torch ops."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
-@given(
-    capacity=st.integers(1, 300),
-    updates=st.lists(
-        st.lists(st.floats(0.0, 1e3, allow_subnormal=False), min_size=1, max_size=40), max_size=6
-    ),
-    seed=st.integers(0, 2**31),
-)
-def test_eager_sum_tree_kernel_equals_the_torch_ops(capacity, updates, seed):
-    """The C++ descent and update (eager CPU) give bitwise the trees and items of the torch ops."""
-    assert sum_tree._kernel_for(sum_tree.init(capacity), torch.zeros(1, dtype=torch.int64)) is not None
-    gen = torch.Generator().manual_seed(seed)
-    fast, slow = sum_tree.init(capacity), sum_tree.init(capacity)
-    for values in updates:
-        # Distinct indices: for a repeated one, which value lands is unspecified.
-        idx = torch.randperm(capacity, generator=gen)[: len(values)]
-        vals = torch.tensor(values[: len(idx)], dtype=torch.float32)
-        sum_tree.update(fast, idx, vals)
-        with _TorchOpsOnly():
-            sum_tree.update(slow, idx, vals)
-        assert torch.equal(fast, slow)
-        total = float(sum_tree.total(fast))
-        targets = torch.cat(
-            [
-                torch.rand(64, generator=gen, dtype=torch.float64) * total,
-                torch.tensor([0.0, total, total * 2, float("nan")], dtype=torch.float64),
-            ]
-        )
-        items = sum_tree.find(fast, targets)
-        with _TorchOpsOnly():
-            expected = sum_tree.find(slow, targets)
-        assert items.dtype == torch.int64 and torch.equal(items, expected)
-
-
-def test_eager_sum_tree_update_out_of_range_behaves_as_the_torch_ops():
-    fast, slow = sum_tree.init(8), sum_tree.init(8)
-    bad = torch.tensor([1, 8])
-    with pytest.raises(IndexError):
-        with _TorchOpsOnly():
-            sum_tree.update(slow, bad, torch.ones(2))
-    with pytest.raises(IndexError):
-        sum_tree.update(fast, bad, torch.ones(2))
-    assert torch.equal(fast, slow)
 
 
 def test_sampling_before_min_length_is_a_clear_error_and_can_sample_tells():

@@ -66,9 +66,7 @@ def test_windows_never_cross_the_head_or_mix_envs(num_envs, max_length, seq_len,
     assert int(state.count) == total
     # storage holds exactly the last max_length steps of each env at slot step % max_length
     kept = torch.arange(max(0, total - max_length), total)
-    assert torch.equal(
-        fb.storage_items(state.experience)["step"][:, kept % max_length], kept.expand(num_envs, -1)
-    )
+    assert torch.equal(state.experience["step"][:, kept % max_length], kept.expand(num_envs, -1))
     if total < seq_len:
         assert not bool(buf.can_sample(state))
         return
