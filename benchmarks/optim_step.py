@@ -3,8 +3,8 @@
 
 Times one optimiser step from fixed gradients (no forward/backward), eager and compiled:
 
-- funrl, eager: ``update`` + ``apply_updates`` with foreach kernels, and the per-leaf path that
-  vmap/compile use; returns new params and state (out of place);
+- funrl, eager: ``update`` + ``apply_updates``, plain torch ops leaf by leaf (the one code path
+  that eager, vmap and compile share); returns new params and state (out of place);
 - torch.optim.Adam eager: ``foreach=False`` (the per-tensor loop), ``foreach=True`` and
   ``fused=True``; all update in place;
 - compiled: ``torch.compile`` of the functional step, and of ``torch.optim.Adam.step`` (torch's
@@ -67,8 +67,8 @@ def time_round_robin(
     return {name: statistics.median(times) for name, times in per_step.items()}
 
 
-def functional_runner(params, grads, foreach: bool, compiled: bool) -> tuple[Callable[[], None], float]:
-    opt = optim.adam(LR, foreach=foreach)
+def functional_runner(params, grads, compiled: bool) -> tuple[Callable[[], None], float]:
+    opt = optim.adam(LR)
 
     def step(p, s, g):
         updates, s = opt.update(g, s, p)
@@ -119,15 +119,14 @@ def main() -> None:
     n_params = tree.num_elements(params)
 
     variants: list[tuple[str, Callable[[], tuple[Callable[[], None], float]]]] = [
-        ("funrl adam, eager, foreach", lambda: functional_runner(params, grads, True, False)),
-        ("funrl adam, eager, per-leaf", lambda: functional_runner(params, grads, False, False)),
+        ("funrl adam, eager", lambda: functional_runner(params, grads, False)),
         ("torch.optim.Adam, foreach=False", lambda: torch_runner(params, grads, False, foreach=False)),
         ("torch.optim.Adam, foreach=True", lambda: torch_runner(params, grads, False, foreach=True)),
         ("torch.optim.Adam, fused=True", lambda: torch_runner(params, grads, False, fused=True)),
     ]
     if not args.no_compile:
         variants += [
-            ("funrl adam, torch.compile", lambda: functional_runner(params, grads, True, True)),
+            ("funrl adam, torch.compile", lambda: functional_runner(params, grads, True)),
             (
                 "torch.optim.Adam, torch.compile(step)",
                 lambda: torch_runner(params, grads, True, foreach=True),

@@ -16,10 +16,6 @@ decoupled decay ``lr * weight_decay``, RMSprop's ``eps`` outside the square root
 dampening / Nesterov and first-step momentum buffer, ``clip_grad_norm_``'s ``1e-6`` -- so a
 functional run tracks the stateful one step for step (``tests/test_optim.py`` checks 200 steps).
 
-Eager updates use ``torch._foreach_*`` kernels (one call for all leaves). Those kernels have no
-``vmap`` batching rule, so inside any ``torch.func`` transform, and while ``torch.compile`` traces
-(inductor fuses the per-leaf ops itself), the same equations run leaf by leaf.
-
 ``learning_rate`` is a float, a 0-dim floating tensor, or a schedule ``count -> learning rate``.
 A tensor rate made inside a vmapped function gives every ensemble member its own rate::
 
@@ -30,12 +26,20 @@ A tensor rate made inside a vmapped function gives every ensemble member its own
 
     torch.func.vmap(train_member)(stacked_params, stacked_grads, torch.tensor([1e-3, 3e-4]))
 
+``inject_hyperparams(adam)(learning_rate=...)`` keeps the numeric hyper-parameters in the state
+instead, as optax does, so a train state can carry them: anneal one with ``state._replace`` or
+vmap over states that hold different values; a compiled update sees data, not constants.
+
+Each update is plain torch arithmetic, leaf by leaf, so the one code path runs eagerly, under
+every ``torch.func`` transform and inside ``torch.compile`` (where inductor fuses the leaves).
+
 References: optax (``optax/_src/base.py``, ``transform.py``, ``alias.py``) for the shape of the
 API and the schedules; torch.optim (``adam.py``, ``sgd.py``, ``rmsprop.py``) for the equations.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -54,6 +58,7 @@ __all__ = [
     "SgdState",
     "AdamState",
     "RmsPropState",
+    "InjectHyperparamsState",
     "apply_updates",
     "global_norm",
     "chain",
@@ -67,6 +72,7 @@ __all__ = [
     "adam",
     "adamw",
     "rmsprop",
+    "inject_hyperparams",
     "value_and_grad_step",
     "constant_schedule",
     "linear_schedule",
@@ -169,16 +175,49 @@ def _check_state(state: Any, state_type: type, name: str = "state") -> None:
         raise TypeError(f"{name}: expected {state_type.__name__}, got {type(state).__name__}")
 
 
-def _check_float(value: Any, name: str, low: float, high: float = math.inf, high_open: bool = False) -> float:
-    """Validate a static float hyper-parameter in ``[low, high]`` (``[low, high)`` if ``high_open``)."""
+def _check_hyper(
+    value: Any, name: str, low: float, high: float = math.inf, high_open: bool = False
+) -> Scalar:
+    """Validate a float hyper-parameter in ``[low, high]`` (``[low, high)`` if ``high_open``).
+
+    A 0-dim floating tensor is accepted as it is (``inject_hyperparams`` passes them): its value
+    is data that may change between calls, so only its shape and dtype are checked here.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or not value.dtype.is_floating_point:
+            raise TypeError(
+                f"{name}: expected a float or a 0-dim floating tensor, got a tensor of shape "
+                f"{tuple(value.shape)} and dtype {value.dtype}"
+            )
+        return value
+    return _check_float(value, name, low, high, high_open, "a float or a 0-dim floating tensor")
+
+
+def _check_float(
+    value: Any,
+    name: str,
+    low: float,
+    high: float = math.inf,
+    high_open: bool = False,
+    expected: str = "a float",
+) -> float:
+    """Validate a float in ``[low, high]`` (``[low, high)`` if ``high_open``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
     value = float(value)
     in_range = low <= value < high if high_open else low <= value <= high
     if not in_range:
         bracket = ")" if high_open else "]"
         raise ValueError(f"{name}: expected a value in [{low}, {high}{bracket}, got {value}")
     return value
+
+
+def _is_on(value: Scalar) -> bool:
+    """Whether an optional term (weight decay, momentum) is part of the update.
+
+    A tensor may hold any value at a later step, so its term is always there.
+    """
+    return isinstance(value, torch.Tensor) or value != 0.0
 
 
 def _as_schedule(learning_rate: LearningRate, name: str = "learning_rate") -> Schedule:
@@ -210,112 +249,42 @@ def _zero_count(leaves: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.zeros((), dtype=torch.int64, device=device)
 
 
+def _zeros_like(leaves: Sequence[torch.Tensor], spec: optree.PyTreeSpec) -> Params:
+    return tree.unflatten(spec, [torch.zeros_like(x) for x in leaves])
+
+
 def _scalar_dtype(leaves: Sequence[torch.Tensor]) -> torch.dtype:
     """Precision for per-step scalars (bias corrections): float64 if any leaf is, else float32."""
     return torch.float64 if any(x.dtype == torch.float64 for x in leaves) else torch.float32
 
 
-def _use_foreach(foreach: bool, leaves: Sequence[torch.Tensor]) -> bool:
-    """Foreach kernels only in plain eager code: they have no vmap/grad rules, and inductor fuses."""
-    if not foreach or not leaves or torch.compiler.is_compiling():
-        return False
-    return torch._C._functorch.peek_interpreter_stack() is None
-
-
 # --------------------------------------------------------------------------------------------
-# Leaf-list arithmetic: one spelling of each equation, run by foreach kernels or leaf by leaf.
+# The equations, one tensor at a time; updates map them over the leaves.
 
 
-def _scaled(xs: list[torch.Tensor], factor: Scalar, foreach: bool) -> list[torch.Tensor]:
-    if foreach:
-        return list(torch._foreach_mul(xs, factor))
-    return [x * factor for x in xs]
+def _moving_average(average: torch.Tensor, value: torch.Tensor, decay: Scalar) -> torch.Tensor:
+    """``decay * average + (1 - decay) * value``, as torch.optim's ``lerp_(value, 1 - decay)``."""
+    return torch.lerp(average, value, 1 - decay)
 
 
-def _scale_owned(xs: list[torch.Tensor], factor: Scalar, foreach: bool) -> list[torch.Tensor]:
-    """``x * factor`` per leaf, in place on the foreach path: only for temporaries the caller made.
-
-    A fresh CPU buffer costs more than the arithmetic on it (an out-of-place multiply of 1M floats
-    took about 3x an in-place one here), so the eager path reuses its own temporaries; the
-    per-leaf path stays out of place for vmap (an unbatched temporary cannot take a batched
-    factor in place).
-    """
-    if foreach:
-        torch._foreach_mul_(xs, factor)
-        return xs
-    return [x * factor for x in xs]
+def _moving_average_of_square(average: torch.Tensor, value: torch.Tensor, decay: Scalar) -> torch.Tensor:
+    """``decay * average + (1 - decay) * value^2`` (Adam's and RMSprop's second moment)."""
+    return average * decay + (1 - decay) * value * value
 
 
-def _add_owned(
-    xs: list[torch.Tensor], ys: list[torch.Tensor], alpha: float, foreach: bool
-) -> list[torch.Tensor]:
-    """``x + alpha * y`` per leaf, in place on the foreach path (``xs`` are the caller's temporaries)."""
-    if foreach:
-        torch._foreach_add_(xs, ys, alpha=alpha)
-        return xs
-    return [torch.add(x, y, alpha=alpha) for x, y in zip(xs, ys, strict=True)]
-
-
-def _add(xs: list[torch.Tensor], ys: list[torch.Tensor], alpha: float, foreach: bool) -> list[torch.Tensor]:
-    """``x + alpha * y`` per leaf."""
-    if foreach:
-        return list(torch._foreach_add(xs, ys, alpha=alpha))
-    return [torch.add(x, y, alpha=alpha) for x, y in zip(xs, ys, strict=True)]
-
-
-def _lerp(xs: list[torch.Tensor], ys: list[torch.Tensor], weight: float, foreach: bool) -> list[torch.Tensor]:
-    """``x + weight * (y - x)`` per leaf (torch.optim's moment update)."""
-    if foreach:
-        return list(torch._foreach_lerp(xs, ys, weight))
-    return [torch.lerp(x, y, weight) for x, y in zip(xs, ys, strict=True)]
-
-
-def _decay_add_square(
-    xs: list[torch.Tensor], grads: list[torch.Tensor], decay: float, foreach: bool
-) -> list[torch.Tensor]:
-    """``decay * x + (1 - decay) * g * g`` per leaf (torch's ``mul_(decay).addcmul_(g, g, 1 - decay)``)."""
-    if foreach:
-        out = torch._foreach_mul(xs, decay)
-        torch._foreach_addcmul_(out, grads, grads, value=1 - decay)
-        return list(out)
-    return [torch.addcmul(x * decay, g, g, value=1 - decay) for x, g in zip(xs, grads, strict=True)]
-
-
-def _sqrt_plus(
-    xs: list[torch.Tensor], divisor: Scalar | None, eps: float, foreach: bool, owned: bool = False
-) -> list[torch.Tensor]:
-    """``sqrt(x) / divisor + eps`` per leaf (the denominator of Adam and RMSprop); in place on
-    the foreach path when the caller ``owned`` ``xs``."""
-    if foreach:
-        if owned:
-            torch._foreach_sqrt_(xs)
-            out = xs
-        else:
-            out = list(torch._foreach_sqrt(xs))
-        if divisor is not None:
-            torch._foreach_div_(out, divisor)
-        torch._foreach_add_(out, eps)
-        return out
-    if divisor is None:
-        return [x.sqrt() + eps for x in xs]
-    return [x.sqrt() / divisor + eps for x in xs]
-
-
-def _div(xs: list[torch.Tensor], ys: list[torch.Tensor], foreach: bool) -> list[torch.Tensor]:
-    if foreach:
-        return list(torch._foreach_div(xs, ys))
-    return [x / y for x, y in zip(xs, ys, strict=True)]
-
-
-def _bias_correction(beta: float, step: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _bias_correction(beta: Scalar, step: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``1 - beta ** step`` as ``-expm1(step * log(beta))``: accurate to an ulp even in float32.
 
     The direct form loses digits when ``beta`` is close to 1 (``1 - 0.999`` in float32 is off by
     1e-5 relative), which would break agreement with torch.optim's double-precision host scalars.
+    A float ``beta`` takes its logarithm in double precision; ``beta = 0`` gives ``log = -inf``
+    and a correction of 1, since ``step >= 1``.
     """
-    if beta == 0.0:
-        return torch.ones((), dtype=dtype, device=step.device)
-    return -torch.expm1(step.to(dtype) * math.log(beta))
+    if isinstance(beta, torch.Tensor):
+        log_beta = torch.log(beta)
+    else:
+        log_beta = math.log(beta) if beta > 0.0 else -math.inf
+    return -torch.expm1(step.to(dtype) * log_beta)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,12 +302,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     for i, (p, u) in enumerate(zip(param_leaves, update_leaves, strict=True)):
         if p.shape != u.shape:
             raise ValueError(f"updates: expected shape {tuple(p.shape)} for leaf {i}, got {tuple(u.shape)}")
-    update_leaves = [u.to(p.dtype) for p, u in zip(param_leaves, update_leaves, strict=True)]
-    if _use_foreach(True, param_leaves):
-        new = list(torch._foreach_add(param_leaves, update_leaves))
-    else:
-        new = [p + u for p, u in zip(param_leaves, update_leaves, strict=True)]
-    return tree.unflatten(spec, new)
+    return tree.unflatten(spec, [p + u.to(p.dtype) for p, u in zip(param_leaves, update_leaves, strict=True)])
 
 
 def global_norm(updates: Updates) -> torch.Tensor:
@@ -346,10 +310,7 @@ def global_norm(updates: Updates) -> torch.Tensor:
     leaves, _ = _tensor_leaves(updates, "updates")
     if not leaves:
         raise ValueError("updates: expected at least one tensor leaf")
-    if _use_foreach(True, leaves):
-        norms = list(torch._foreach_norm(leaves, 2.0))
-    else:
-        norms = [torch.linalg.vector_norm(x, 2.0) for x in leaves]
+    norms = [torch.linalg.vector_norm(x, 2.0) for x in leaves]
     return torch.linalg.vector_norm(torch.stack(norms), 2.0)
 
 
@@ -386,21 +347,14 @@ def _empty_init(params: Params) -> EmptyState:
 
 
 def scale(step_size: Scalar) -> Optimizer:
-    """Multiply updates by a constant ``step_size`` (a float or a 0-dim tensor)."""
-    if isinstance(step_size, torch.Tensor):
-        if step_size.dim() != 0 or not step_size.dtype.is_floating_point:
-            raise ValueError(
-                f"step_size: expected a 0-dim floating tensor, got shape {tuple(step_size.shape)} "
-                f"dtype {step_size.dtype}"
-            )
-    else:
-        step_size = _check_float(step_size, "step_size", -math.inf)
+    """Multiply updates by a constant ``step_size`` (a float or a 0-dim floating tensor)."""
+    step_size = _check_hyper(step_size, "step_size", -math.inf)
 
     def update(
         updates: Updates, state: EmptyState, params: Params | None = None
     ) -> tuple[Updates, EmptyState]:
         leaves, spec = _tensor_leaves(updates, "updates")
-        return tree.unflatten(spec, _scaled(leaves, step_size, _use_foreach(True, leaves))), state
+        return tree.unflatten(spec, [u * step_size for u in leaves]), state
 
     return Optimizer(_empty_init, update)
 
@@ -422,8 +376,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> Optimizer:
         _check_state(state, ScaleByScheduleState)
         leaves, spec = _tensor_leaves(updates, "updates")
         factor = step_size_fn(state.count)
-        scaled = _scaled(leaves, factor, _use_foreach(True, leaves))
-        return tree.unflatten(spec, scaled), ScaleByScheduleState(count=state.count + 1)
+        return tree.unflatten(spec, [u * factor for u in leaves]), ScaleByScheduleState(count=state.count + 1)
 
     return Optimizer(init, update)
 
@@ -436,9 +389,9 @@ def scale_by_learning_rate(learning_rate: LearningRate) -> Optimizer:
     return scale(-lr)
 
 
-def add_decayed_weights(weight_decay: float) -> Optimizer:
+def add_decayed_weights(weight_decay: Scalar) -> Optimizer:
     """``updates + weight_decay * params`` (L2 regularisation folded into the gradient)."""
-    weight_decay = _check_float(weight_decay, "weight_decay", 0.0)
+    weight_decay = _check_hyper(weight_decay, "weight_decay", 0.0)
 
     def update(
         updates: Updates, state: EmptyState, params: Params | None = None
@@ -446,19 +399,19 @@ def add_decayed_weights(weight_decay: float) -> Optimizer:
         leaves, spec = _tensor_leaves(updates, "updates")
         param_leaves = _check_params(params, spec, "add_decayed_weights")
         return tree.unflatten(
-            spec, _add(leaves, param_leaves, weight_decay, _use_foreach(True, leaves))
+            spec, [u + weight_decay * p for u, p in zip(leaves, param_leaves, strict=True)]
         ), state
 
     return Optimizer(_empty_init, update)
 
 
-def clip_by_global_norm(max_norm: float) -> Optimizer:
+def clip_by_global_norm(max_norm: Scalar) -> Optimizer:
     """Scale updates by ``min(max_norm / (global_norm + 1e-6), 1)``, as ``clip_grad_norm_``.
 
     The ``1e-6`` is torch's (optax's version omits it); the factor is a tensor, so no host sync.
     """
-    max_norm = _check_float(max_norm, "max_norm", 0.0)
-    if max_norm == 0.0:
+    max_norm = _check_hyper(max_norm, "max_norm", 0.0)
+    if not isinstance(max_norm, torch.Tensor) and max_norm == 0.0:
         raise ValueError("max_norm: expected a value > 0, got 0.0")
 
     def update(
@@ -468,7 +421,7 @@ def clip_by_global_norm(max_norm: float) -> Optimizer:
         if not leaves:
             return updates, state
         factor = torch.clamp(max_norm / (global_norm(updates) + 1e-6), max=1.0)
-        return tree.unflatten(spec, _scaled(leaves, factor, _use_foreach(True, leaves))), state
+        return tree.unflatten(spec, [u * factor for u in leaves]), state
 
     return Optimizer(_empty_init, update)
 
@@ -479,11 +432,10 @@ def clip_by_global_norm(max_norm: float) -> Optimizer:
 
 def sgd(
     learning_rate: LearningRate,
-    momentum: float = 0.0,
-    dampening: float = 0.0,
+    momentum: Scalar = 0.0,
+    dampening: Scalar = 0.0,
     nesterov: bool = False,
-    weight_decay: float = 0.0,
-    foreach: bool = True,
+    weight_decay: Scalar = 0.0,
 ) -> Optimizer:
     """Stochastic gradient descent as ``torch.optim.SGD`` (same arguments, same equations).
 
@@ -492,10 +444,10 @@ def sgd(
     or ``buf``; the update is ``-lr * step``. Sutskever et al. 2013 for Nesterov's form.
     """
     lr_fn = _as_schedule(learning_rate)
-    momentum = _check_float(momentum, "momentum", 0.0)
-    dampening = _check_float(dampening, "dampening", 0.0, 1.0)
-    weight_decay = _check_float(weight_decay, "weight_decay", 0.0)
-    if nesterov and (momentum == 0.0 or dampening != 0.0):
+    momentum = _check_hyper(momentum, "momentum", 0.0)
+    dampening = _check_hyper(dampening, "dampening", 0.0, 1.0)
+    weight_decay = _check_hyper(weight_decay, "weight_decay", 0.0)
+    if nesterov and not (_is_on(momentum) and (isinstance(dampening, torch.Tensor) or dampening == 0.0)):
         raise ValueError(
             f"nesterov: requires momentum > 0 and dampening == 0, got momentum={momentum}, "
             f"dampening={dampening}"
@@ -503,146 +455,129 @@ def sgd(
 
     def init(params: Params) -> SgdState:
         leaves, spec = _tensor_leaves(params, "params")
-        buffers = tree.unflatten(spec, [torch.zeros_like(x) for x in leaves]) if momentum else EmptyState()
+        buffers = _zeros_like(leaves, spec) if _is_on(momentum) else EmptyState()
         return SgdState(count=_zero_count(leaves), momentum=buffers)
 
     def update(grads: Updates, state: SgdState, params: Params | None = None) -> tuple[Updates, SgdState]:
         _check_state(state, SgdState)
-        if momentum:
+        if _is_on(momentum):
             buf, spec = _tensor_leaves(state.momentum, "state.momentum")
             g = _check_structure(spec, grads, "grads")
         else:
             g, spec = _tensor_leaves(grads, "grads")
-        fast = _use_foreach(foreach, g)
-        if weight_decay:
-            g = _add(g, _check_params(params, spec, "weight_decay"), weight_decay, fast)
+        if _is_on(weight_decay):
+            param_leaves = _check_params(params, spec, "weight_decay")
+            g = [gi + weight_decay * p for gi, p in zip(g, param_leaves, strict=True)]
         lr = lr_fn(state.count)
-        new_buffers = EmptyState()
-        if momentum:
-            if dampening:
-                # torch starts the buffer at the raw gradient, undamped.
-                first = state.count == 0
-                buf = [
-                    torch.where(first, gi, b * momentum + gi * (1 - dampening))
-                    for b, gi in zip(buf, g, strict=True)
-                ]
-            else:
-                buf = _add_owned(_scaled(buf, momentum, fast), g, 1.0, fast)
-            new_buffers = tree.unflatten(spec, buf)
-            if nesterov:
-                steps = _scale_owned(_add(g, buf, momentum, fast), -lr, fast)
-            else:
-                steps = _scaled(buf, -lr, fast)  # buf is the new state: not ours to scale in place
+        if not _is_on(momentum):
+            return tree.unflatten(spec, [gi * -lr for gi in g]), SgdState(state.count + 1, EmptyState())
+        # torch starts the buffer at the raw gradient, undamped.
+        first = state.count == 0
+        buf = [
+            torch.where(first, gi, b * momentum + gi * (1 - dampening)) for b, gi in zip(buf, g, strict=True)
+        ]
+        if nesterov:
+            steps = [(gi + momentum * b) * -lr for gi, b in zip(g, buf, strict=True)]
         else:
-            steps = _scaled(g, -lr, fast)
-        updates = tree.unflatten(spec, steps)
-        return updates, SgdState(count=state.count + 1, momentum=new_buffers)
+            steps = [b * -lr for b in buf]
+        return tree.unflatten(spec, steps), SgdState(state.count + 1, tree.unflatten(spec, buf))
 
     return Optimizer(init, update)
 
 
 def _adam_family(
     learning_rate: LearningRate | None,
-    b1: float,
-    b2: float,
-    eps: float,
-    weight_decay: float,
+    b1: Scalar,
+    b2: Scalar,
+    eps: Scalar,
+    weight_decay: Scalar,
     decoupled: bool,
-    foreach: bool,
 ) -> Optimizer:
     """Adam's moments and bias-corrected step; ``learning_rate=None`` gives the unscaled direction."""
     lr_fn = None if learning_rate is None else _as_schedule(learning_rate)
-    b1 = _check_float(b1, "b1", 0.0, 1.0, high_open=True)
-    b2 = _check_float(b2, "b2", 0.0, 1.0, high_open=True)
-    eps = _check_float(eps, "eps", 0.0)
-    weight_decay = _check_float(weight_decay, "weight_decay", 0.0)
+    b1 = _check_hyper(b1, "b1", 0.0, 1.0, high_open=True)
+    b2 = _check_hyper(b2, "b2", 0.0, 1.0, high_open=True)
+    eps = _check_hyper(eps, "eps", 0.0)
+    weight_decay = _check_hyper(weight_decay, "weight_decay", 0.0)
 
     def init(params: Params) -> AdamState:
         leaves, spec = _tensor_leaves(params, "params")
-        zeros = lambda: tree.unflatten(spec, [torch.zeros_like(x) for x in leaves])
-        return AdamState(count=_zero_count(leaves), mu=zeros(), nu=zeros())
+        return AdamState(
+            count=_zero_count(leaves), mu=_zeros_like(leaves, spec), nu=_zeros_like(leaves, spec)
+        )
 
     def update(grads: Updates, state: AdamState, params: Params | None = None) -> tuple[Updates, AdamState]:
         _check_state(state, AdamState)
         mu, spec = _tensor_leaves(state.mu, "state.mu")
         nu = _check_structure(spec, state.nu, "state.nu")
         g = _check_structure(spec, grads, "grads")
-        fast = _use_foreach(foreach, g)
-        param_leaves = _check_params(params, spec, "weight_decay") if weight_decay else None
-        if weight_decay and not decoupled:
-            g = _add(g, param_leaves, weight_decay, fast)
-        mu = _lerp(mu, g, 1 - b1, fast)
-        nu = _decay_add_square(nu, g, b2, fast)
+        param_leaves = _check_params(params, spec, "weight_decay") if _is_on(weight_decay) else None
+        if _is_on(weight_decay) and not decoupled:
+            g = [gi + weight_decay * p for gi, p in zip(g, param_leaves, strict=True)]
+        mu = [_moving_average(m, gi, b1) for m, gi in zip(mu, g, strict=True)]
+        nu = [_moving_average_of_square(v, gi, b2) for v, gi in zip(nu, g, strict=True)]
         step = state.count + 1
         dtype = _scalar_dtype(g)
         correction1 = _bias_correction(b1, step, dtype)
         correction2_sqrt = _bias_correction(b2, step, dtype).sqrt()
-        denom = _sqrt_plus(nu, correction2_sqrt, eps, fast)
-        direction = _div(mu, denom, fast)
-        if lr_fn is None:
-            updates = _scale_owned(direction, 1 / correction1, fast)
-        else:
-            lr = lr_fn(state.count)
-            updates = _scale_owned(direction, -lr / correction1, fast)
-            if weight_decay and decoupled:
-                # AdamW (Loshchilov & Hutter 2019): torch multiplies param by the factor
-                # 1 - lr * weight_decay, rounded to the param dtype; p * factor - p is exact
-                # (Sterbenz), so params + updates reproduces that rounding.
-                decayed = _scaled(param_leaves, 1 - weight_decay * lr, fast)
-                updates = _add_owned(updates, _add_owned(decayed, param_leaves, -1.0, fast), 1.0, fast)
+        factor = 1 / correction1 if lr_fn is None else -lr_fn(state.count) / correction1
+        updates = [m / (v.sqrt() / correction2_sqrt + eps) * factor for m, v in zip(mu, nu, strict=True)]
+        if _is_on(weight_decay) and decoupled:
+            # AdamW (Loshchilov & Hutter 2019): torch multiplies param by the factor
+            # 1 - lr * weight_decay, rounded to the param dtype; p * factor - p is exact
+            # (Sterbenz), so params + updates reproduces that rounding.
+            keep = 1 - weight_decay * lr_fn(state.count)
+            updates = [u + (p * keep - p) for u, p in zip(updates, param_leaves, strict=True)]
         new_state = AdamState(count=step, mu=tree.unflatten(spec, mu), nu=tree.unflatten(spec, nu))
         return tree.unflatten(spec, updates), new_state
 
     return Optimizer(init, update)
 
 
-def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, foreach: bool = True) -> Optimizer:
+def scale_by_adam(b1: Scalar = 0.9, b2: Scalar = 0.999, eps: Scalar = 1e-8) -> Optimizer:
     """Rescale updates to Adam's bias-corrected ``m_hat / (sqrt(v_hat) + eps)`` (no learning rate).
 
     Kingma & Ba 2015, Algorithm 1, with ``eps`` placed as torch.optim.Adam places it.
     """
-    return _adam_family(None, b1, b2, eps, 0.0, decoupled=False, foreach=foreach)
+    return _adam_family(None, b1, b2, eps, 0.0, decoupled=False)
 
 
 def adam(
     learning_rate: LearningRate,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 0.0,
-    foreach: bool = True,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    weight_decay: Scalar = 0.0,
 ) -> Optimizer:
     """Adam as ``torch.optim.Adam(lr, betas=(b1, b2), eps, weight_decay)`` (L2 weight decay).
 
     ``m = lerp(m, g, 1 - b1)``, ``v = b2 v + (1 - b2) g^2``, update
     ``-lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``. Kingma & Ba 2015.
     """
-    return _adam_family(learning_rate, b1, b2, eps, weight_decay, decoupled=False, foreach=foreach)
+    return _adam_family(learning_rate, b1, b2, eps, weight_decay, decoupled=False)
 
 
 def adamw(
     learning_rate: LearningRate,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 1e-2,
-    foreach: bool = True,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    weight_decay: Scalar = 1e-2,
 ) -> Optimizer:
     """AdamW as ``torch.optim.AdamW`` (default ``weight_decay=1e-2`` as torch, not optax's 1e-4).
 
     Adam's update plus the decoupled decay ``-lr * weight_decay * param``. Loshchilov & Hutter 2019.
     """
-    return _adam_family(learning_rate, b1, b2, eps, weight_decay, decoupled=True, foreach=foreach)
+    return _adam_family(learning_rate, b1, b2, eps, weight_decay, decoupled=True)
 
 
 def rmsprop(
     learning_rate: LearningRate,
-    alpha: float = 0.99,
-    eps: float = 1e-8,
-    weight_decay: float = 0.0,
-    momentum: float = 0.0,
+    alpha: Scalar = 0.99,
+    eps: Scalar = 1e-8,
+    weight_decay: Scalar = 0.0,
+    momentum: Scalar = 0.0,
     centered: bool = False,
-    foreach: bool = True,
 ) -> Optimizer:
     """RMSprop as ``torch.optim.RMSprop`` (torch's defaults and ``eps`` outside the square root).
 
@@ -651,19 +586,18 @@ def rmsprop(
     ``-lr buf``, else ``-lr g / avg``. Tieleman & Hinton 2012; Graves 2013 for the centered form.
     """
     lr_fn = _as_schedule(learning_rate)
-    alpha = _check_float(alpha, "alpha", 0.0, 1.0)
-    eps = _check_float(eps, "eps", 0.0)
-    weight_decay = _check_float(weight_decay, "weight_decay", 0.0)
-    momentum = _check_float(momentum, "momentum", 0.0)
+    alpha = _check_hyper(alpha, "alpha", 0.0, 1.0)
+    eps = _check_hyper(eps, "eps", 0.0)
+    weight_decay = _check_hyper(weight_decay, "weight_decay", 0.0)
+    momentum = _check_hyper(momentum, "momentum", 0.0)
 
     def init(params: Params) -> RmsPropState:
         leaves, spec = _tensor_leaves(params, "params")
-        zeros = lambda: tree.unflatten(spec, [torch.zeros_like(x) for x in leaves])
         return RmsPropState(
             count=_zero_count(leaves),
-            square_avg=zeros(),
-            grad_avg=zeros() if centered else EmptyState(),
-            momentum=zeros() if momentum else EmptyState(),
+            square_avg=_zeros_like(leaves, spec),
+            grad_avg=_zeros_like(leaves, spec) if centered else EmptyState(),
+            momentum=_zeros_like(leaves, spec) if _is_on(momentum) else EmptyState(),
         )
 
     def update(
@@ -672,36 +606,28 @@ def rmsprop(
         _check_state(state, RmsPropState)
         square_avg, spec = _tensor_leaves(state.square_avg, "state.square_avg")
         g = _check_structure(spec, grads, "grads")
-        fast = _use_foreach(foreach, g)
-        if weight_decay:
-            g = _add(g, _check_params(params, spec, "weight_decay"), weight_decay, fast)
-        square_avg = _decay_add_square(square_avg, g, alpha, fast)
+        if _is_on(weight_decay):
+            param_leaves = _check_params(params, spec, "weight_decay")
+            g = [gi + weight_decay * p for gi, p in zip(g, param_leaves, strict=True)]
+        square_avg = [_moving_average_of_square(v, gi, alpha) for v, gi in zip(square_avg, g, strict=True)]
         new_grad_avg = EmptyState()
         if centered:
-            grad_avg = _lerp(_check_structure(spec, state.grad_avg, "state.grad_avg"), g, 1 - alpha, fast)
+            grad_avg = _check_structure(spec, state.grad_avg, "state.grad_avg")
+            grad_avg = [_moving_average(a, gi, alpha) for a, gi in zip(grad_avg, g, strict=True)]
             new_grad_avg = tree.unflatten(spec, grad_avg)
-            if fast:
-                variance = list(torch._foreach_addcmul(square_avg, grad_avg, grad_avg, value=-1))
-            else:
-                variance = [
-                    torch.addcmul(v, a, a, value=-1) for v, a in zip(square_avg, grad_avg, strict=True)
-                ]
-            avg = _sqrt_plus(variance, None, eps, fast, owned=True)
+            variance = [v - a * a for v, a in zip(square_avg, grad_avg, strict=True)]
         else:
-            avg = _sqrt_plus(square_avg, None, eps, fast)
+            variance = square_avg
+        avg = [v.sqrt() + eps for v in variance]
         lr = lr_fn(state.count)
         new_buffers = EmptyState()
-        if momentum:
+        if _is_on(momentum):
             buf = _check_structure(spec, state.momentum, "state.momentum")
-            buf = _scaled(buf, momentum, fast)
-            if fast:
-                torch._foreach_addcdiv_(buf, g, avg)
-            else:
-                buf = [torch.addcdiv(b, gi, a) for b, gi, a in zip(buf, g, avg, strict=True)]
+            buf = [b * momentum + gi / a for b, gi, a in zip(buf, g, avg, strict=True)]
             new_buffers = tree.unflatten(spec, buf)
-            updates = _scaled(buf, -lr, fast)  # buf is the new state: not ours to scale in place
+            updates = [b * -lr for b in buf]
         else:
-            updates = _scale_owned(_div(g, avg, fast), -lr, fast)
+            updates = [gi / a * -lr for gi, a in zip(g, avg, strict=True)]
         new_state = RmsPropState(
             count=state.count + 1,
             square_avg=tree.unflatten(spec, square_avg),
@@ -711,6 +637,81 @@ def rmsprop(
         return tree.unflatten(spec, updates), new_state
 
     return Optimizer(init, update)
+
+
+# --------------------------------------------------------------------------------------------
+# Hyper-parameters as state
+
+
+class InjectHyperparamsState(NamedTuple):
+    hyperparams: dict[str, torch.Tensor]  # float32 [] per numeric argument given to the factory
+    inner_state: OptState  # the state of the transformation the factory builds
+
+
+def _is_numeric(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0 and value.dtype.is_floating_point
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def inject_hyperparams(
+    factory: Callable[..., Optimizer], static_args: Sequence[str] = ()
+) -> Callable[..., Optimizer]:
+    """Wrap an optimiser ``factory`` so that its numeric arguments live in the state, as optax's.
+
+    ::
+
+        opt = inject_hyperparams(adam)(learning_rate=2.5e-4, eps=1e-5)
+        state = opt.init(params)          # InjectHyperparamsState(hyperparams, inner_state)
+        state = state._replace(hyperparams={**state.hyperparams, "learning_rate": new_lr})
+
+    The numeric arguments given (ints, floats, 0-dim floating tensors, except the names in
+    ``static_args``) become float32 0-dim tensors on the params' device at ``init``; arguments
+    left at their defaults, schedules, bools and other objects stay static. ``update`` rebuilds
+    the inner transformation from the state's tensors, so annealing a value, or one value per
+    seed under ``torch.func.vmap``, changes data only: a compiled update does not recompile.
+    The values are checked once, eagerly, by calling ``factory`` with them; later values are
+    data and are not checked.
+    """
+    if not callable(factory):
+        raise TypeError(f"factory: expected a callable returning an Optimizer, got {type(factory).__name__}")
+    signature = inspect.signature(factory)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        raise TypeError(f"factory: expected named arguments only, got {factory.__name__}{signature}")
+    unknown = set(static_args) - set(signature.parameters)
+    if unknown:
+        raise ValueError(
+            f"static_args: expected names of {factory.__name__}'s arguments, got {sorted(unknown)}"
+        )
+
+    def make(*args: Any, **kwargs: Any) -> Optimizer:
+        factory(*args, **kwargs)  # the factory's own errors for bad arguments, once and eagerly
+        arguments = signature.bind(*args, **kwargs).arguments
+        numeric = {k: v for k, v in arguments.items() if k not in static_args and _is_numeric(v)}
+        static = {k: v for k, v in arguments.items() if k not in numeric}
+
+        def init(params: Params) -> InjectHyperparamsState:
+            leaves, _ = _tensor_leaves(params, "params")
+            device = leaves[0].device if leaves else None
+            hyperparams = {
+                k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in numeric.items()
+            }
+            return InjectHyperparamsState(hyperparams, factory(**static, **hyperparams).init(params))
+
+        def update(
+            updates: Updates, state: InjectHyperparamsState, params: Params | None = None
+        ) -> tuple[Updates, InjectHyperparamsState]:
+            _check_state(state, InjectHyperparamsState)
+            if not isinstance(state.hyperparams, dict) or set(state.hyperparams) != set(numeric):
+                got = sorted(state.hyperparams) if isinstance(state.hyperparams, dict) else state.hyperparams
+                raise ValueError(f"state.hyperparams: expected the keys {sorted(numeric)}, got {got}")
+            inner = factory(**static, **state.hyperparams)
+            updates, inner_state = inner.update(updates, state.inner_state, params)
+            return updates, InjectHyperparamsState(state.hyperparams, inner_state)
+
+        return Optimizer(init, update)
+
+    return make
 
 
 def value_and_grad_step(

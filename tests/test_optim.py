@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from dynamo_graphs import capturing_compile
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,33 +25,33 @@ def _initial_params(dtype: torch.dtype = torch.float32) -> dict[str, torch.Tenso
     return {k: v.detach().clone().to(dtype) for k, v in _mlp().named_parameters()}
 
 
-# (id, funrl optimiser from foreach flag, torch optimiser from a parameter list)
+# (id, funrl optimiser factory, torch optimiser from a parameter list)
 TORCH_CASES = [
-    ("sgd", lambda fe: optim.sgd(0.05, foreach=fe), lambda ps: torch.optim.SGD(ps, lr=0.05)),
+    ("sgd", lambda: optim.sgd(0.05), lambda ps: torch.optim.SGD(ps, lr=0.05)),
     (
         "sgd_momentum",
-        lambda fe: optim.sgd(0.05, momentum=0.9, dampening=0.1, weight_decay=0.01, foreach=fe),
+        lambda: optim.sgd(0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
         lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
     ),
     (
         "sgd_nesterov",
-        lambda fe: optim.sgd(0.05, momentum=0.9, nesterov=True, foreach=fe),
+        lambda: optim.sgd(0.05, momentum=0.9, nesterov=True),
         lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
     ),
     (
         "adam",
-        lambda fe: optim.adam(1e-2, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.01, foreach=fe),
+        lambda: optim.adam(1e-2, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.01),
         lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01),
     ),
     (
         "adamw",
-        lambda fe: optim.adamw(1e-2, weight_decay=0.1, foreach=fe),
+        lambda: optim.adamw(1e-2, weight_decay=0.1),
         lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
     ),
-    ("rmsprop", lambda fe: optim.rmsprop(1e-2, foreach=fe), lambda ps: torch.optim.RMSprop(ps, lr=1e-2)),
+    ("rmsprop", lambda: optim.rmsprop(1e-2), lambda ps: torch.optim.RMSprop(ps, lr=1e-2)),
     (
         "rmsprop_centered",
-        lambda fe: optim.rmsprop(1e-2, centered=True, momentum=0.5, weight_decay=0.01, foreach=fe),
+        lambda: optim.rmsprop(1e-2, centered=True, momentum=0.5, weight_decay=0.01),
         lambda ps: torch.optim.RMSprop(ps, lr=1e-2, centered=True, momentum=0.5, weight_decay=0.01),
     ),
 ]
@@ -85,12 +86,11 @@ def grads_seq():
     return [{k: torch.randn(v.shape, generator=gen) for k, v in p0.items()} for _ in range(STEPS)]
 
 
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "per_leaf"])
 @pytest.mark.parametrize("case", TORCH_CASES, ids=CASE_IDS)
-def test_matches_torch_optim_fixed_grads_float32(case, foreach, grads_seq):
+def test_matches_torch_optim_fixed_grads_float32(case, grads_seq):
     _, make, make_torch = case
     p0 = _initial_params()
-    params, torch_params, state = _run_fixed_grads(make(foreach), make_torch, grads_seq, p0)
+    params, torch_params, state = _run_fixed_grads(make(), make_torch, grads_seq, p0)
     errors = _relative_errors(params, torch_params)
     assert max(errors.values()) <= 1e-6, errors
     assert int(state.count) == STEPS
@@ -111,7 +111,7 @@ def test_matches_torch_optim_training_float64(case):
     p0 = _initial_params(torch.float64)
     torch_params = {k: torch.nn.Parameter(v.clone()) for k, v in p0.items()}
     torch_opt = make_torch(list(torch_params.values()))
-    opt = make(True)
+    opt = make()
     params, state = p0, opt.init(p0)
     for _ in range(STEPS):
         updates, state = opt.update(torch.func.grad(loss_fn)(params), state, params)
@@ -148,20 +148,6 @@ def test_comparison_detects_planted_differences(wrong, make_torch, grads_seq):
     """The 1e-6 criterion above is sharp: near-miss optimisers fail it."""
     params, torch_params, _ = _run_fixed_grads(wrong, make_torch, grads_seq, _initial_params())
     assert max(_relative_errors(params, torch_params).values()) > 1e-5
-
-
-def test_foreach_and_per_leaf_paths_agree(grads_seq):
-    p0 = _initial_params()
-    for _, make, _ in TORCH_CASES:
-        results = []
-        for foreach in (True, False):
-            opt = make(foreach)
-            params, state = p0, opt.init(p0)
-            for grads in grads_seq[:20]:
-                updates, state = opt.update(grads, state, params)
-                params = optim.apply_updates(params, updates)
-            results.append((params, state))
-        assert tree.tree_allclose(results[0], results[1], rtol=1e-6, atol=1e-7)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,10 +276,7 @@ def test_warmup_cosine_invariants(init, peak, end_fraction, warmup, decay):
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e3], ids=["clipped", "unclipped"])
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "per_leaf"])
-def test_clip_by_global_norm_equals_clip_grad_norm(max_norm, foreach, grads_seq, monkeypatch):
-    if not foreach:
-        monkeypatch.setattr(optim, "_use_foreach", lambda flag, leaves: False)
+def test_clip_by_global_norm_equals_clip_grad_norm(max_norm, grads_seq):
     grads = grads_seq[0]
     torch_params = {k: torch.nn.Parameter(torch.zeros_like(v)) for k, v in grads.items()}
     for k, p in torch_params.items():
@@ -448,7 +431,7 @@ def test_compiled_step_equals_eager(grads_seq):
 
 @pytest.mark.parametrize("make", [optim.sgd, optim.adam], ids=["sgd", "adam"])
 def test_grad_through_update_wrt_learning_rate(make):
-    """Under torch.func.grad (a functorch transform) the per-leaf path runs and differentiates:
+    """An update differentiates under torch.func.grad w.r.t. a tensor learning rate:
     for loss(p) = |p|^2 / 2 and p' = p + u(lr), d loss(p') / d lr = p' . du/dlr = p' . u / lr."""
     gen = torch.Generator().manual_seed(4)
     params = {"w": torch.randn(6, generator=gen, dtype=torch.float64)}
@@ -466,11 +449,10 @@ def test_grad_through_update_wrt_learning_rate(make):
     torch.testing.assert_close(d_lr, expected, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "per_leaf"])
 @pytest.mark.parametrize("case", TORCH_CASES, ids=CASE_IDS)
-def test_update_is_pure(case, foreach, grads_seq):
+def test_update_is_pure(case, grads_seq):
     _, make, _ = case
-    opt = make(foreach)
+    opt = make()
     params = _initial_params()
     state = opt.init(params)
     state = opt.update(grads_seq[0], state, params)[1]  # non-zero buffers
@@ -618,3 +600,115 @@ def test_update_errors():
     chained = optim.chain(optim.clip_by_global_norm(1.0), opt)
     with pytest.raises(ValueError, match="state: expected a tuple of 2 states"):
         chained.update(params, state, params)
+
+
+# ---------------------------------------------------------------------------------------------
+# inject_hyperparams
+
+
+def _run(opt: optim.Optimizer, params, state, grads_list):
+    for grads in grads_list:
+        updates, state = opt.update(grads, state, params)
+        params = optim.apply_updates(params, updates)
+    return params, state
+
+
+def test_inject_hyperparams_state_and_equality_with_plain(grads_seq):
+    injected = optim.inject_hyperparams(optim.adam)(learning_rate=1e-2, b1=0.8, eps=1e-6)
+    plain = optim.adam(1e-2, b1=0.8, eps=1e-6)
+    p0 = _initial_params()
+    state = injected.init(p0)
+    assert isinstance(state, optim.InjectHyperparamsState)
+    assert set(state.hyperparams) == {"learning_rate", "b1", "eps"}  # defaults stay static
+    for value in state.hyperparams.values():
+        assert value.dtype == torch.float32 and value.shape == () and value.device == p0["0.weight"].device
+    assert isinstance(state.inner_state, optim.AdamState)
+    params, state = _run(injected, p0, state, grads_seq[:20])
+    expected, expected_state = _run(plain, p0, plain.init(p0), grads_seq[:20])
+    # float32 b1 and eps against their double values: close, not bitwise
+    assert tree.tree_allclose((params, state.inner_state), (expected, expected_state), rtol=1e-5, atol=1e-7)
+
+
+def test_inject_hyperparams_annealing_changes_the_step(grads_seq):
+    opt = optim.inject_hyperparams(optim.sgd)(learning_rate=0.1, momentum=0.5)
+    p0 = _initial_params()
+    state = opt.init(p0)
+    _, state = opt.update(grads_seq[0], state, p0)
+    annealed = state._replace(hyperparams={**state.hyperparams, "learning_rate": torch.tensor(0.025)})
+    updates, _ = opt.update(grads_seq[1], state, p0)
+    annealed_updates, annealed_state = opt.update(grads_seq[1], annealed, p0)
+    assert tree.tree_allclose(annealed_updates, tree.map(lambda u: u / 4, updates), rtol=1e-6, atol=0)
+    assert annealed_state.hyperparams["learning_rate"] is annealed.hyperparams["learning_rate"]
+
+
+def test_inject_hyperparams_vmap_over_learning_rates_equals_loop(grads_seq):
+    opt = optim.inject_hyperparams(optim.adam)(learning_rate=1e-3, eps=1e-5)
+    p0 = _initial_params()
+    lrs = [0.1, 0.01, 0.0]
+    states = [
+        opt.init(p0)._replace(hyperparams={"learning_rate": torch.tensor(lr), "eps": torch.tensor(1e-5)})
+        for lr in lrs
+    ]
+    stacked_params = tree.stack([p0] * len(lrs))
+    batched = torch.func.vmap(lambda p, s: _run(opt, p, s, grads_seq[:5]))(stacked_params, tree.stack(states))
+    for i, state in enumerate(states):
+        expected = _run(opt, p0, state, grads_seq[:5])
+        assert tree.tree_allclose(tree.index(batched, i), expected, rtol=1e-6, atol=1e-7)
+    assert tree.tree_equal(tree.index(batched[0], 2), p0)  # lr 0 moves nothing
+
+
+def test_inject_hyperparams_compiled_update_compiles_once(grads_seq):
+    opt = optim.inject_hyperparams(optim.adam)(learning_rate=1e-2)
+
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optim.apply_updates(params, updates), state
+
+    compiled, graphs = capturing_compile(step)
+    p0 = _initial_params()
+    state = opt.init(p0)
+    for _ in range(2):
+        fast = compiled(p0, state, grads_seq[0])
+        assert tree.tree_allclose(fast, step(p0, state, grads_seq[0]), rtol=1e-6, atol=1e-8)
+        # annealing as a train step would: a new value of whatever init stored
+        state = state._replace(hyperparams={"learning_rate": state.hyperparams["learning_rate"] * 0.3})
+    assert len(graphs) == 1
+
+
+def test_inject_hyperparams_clip_and_scale_by_adam_accept_tensors(grads_seq):
+    clip = optim.inject_hyperparams(optim.clip_by_global_norm)(max_norm=0.5)
+    direction = optim.inject_hyperparams(optim.scale_by_adam)(b1=0.8, b2=0.99, eps=1e-6)
+    grads = grads_seq[0]
+    clipped, _ = clip.update(grads, clip.init(grads))
+    expected, _ = optim.clip_by_global_norm(0.5).update(grads, optim.EmptyState())
+    assert tree.tree_allclose(clipped, expected, rtol=1e-6, atol=0)
+    p0 = _initial_params()
+    got, _ = _run(direction, p0, direction.init(p0), grads_seq[:5])
+    plain = optim.scale_by_adam(b1=0.8, b2=0.99, eps=1e-6)
+    assert tree.tree_allclose(got, _run(plain, p0, plain.init(p0), grads_seq[:5])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_inject_hyperparams_static_args_and_errors():
+    params = {"w": torch.zeros(2)}
+    opt = optim.inject_hyperparams(optim.rmsprop, static_args=("alpha",))(1e-2, alpha=0.9, centered=True)
+    state = opt.init(params)
+    assert set(state.hyperparams) == {"learning_rate"}  # alpha static; centered a bool
+    assert isinstance(state.inner_state.grad_avg, dict)
+    with pytest.raises(ValueError, match="learning_rate: expected a finite value >= 0, got -1"):
+        optim.inject_hyperparams(optim.adam)(learning_rate=-1.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr'"):
+        optim.inject_hyperparams(optim.adam)(lr=1e-3)
+    with pytest.raises(TypeError, match="factory: expected named arguments only"):
+        optim.inject_hyperparams(optim.chain)
+    with pytest.raises(ValueError, match=r"static_args: expected names of adam's arguments, got \['beta'\]"):
+        optim.inject_hyperparams(optim.adam, static_args=("beta",))
+    with pytest.raises(
+        ValueError, match=r"state.hyperparams: expected the keys \['learning_rate'\], got \[\]"
+    ):
+        opt.update(params, state._replace(hyperparams={}), params)
+    with pytest.raises(TypeError, match="state: expected InjectHyperparamsState, got tuple"):
+        opt.update(params, (), params)
+    with pytest.raises(
+        TypeError, match=r"b1: expected a float or a 0-dim floating tensor, got a tensor of shape \(2,\)"
+    ):
+        optim.adam(1e-3, b1=torch.tensor([0.9, 0.8]))
