@@ -89,7 +89,7 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
     if is_traced():
         return
     # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1].
-    if not bool((count.unsqueeze(-1) == storage_count).all()):
+    if not torch.equal(count.unsqueeze(-1), storage_count):
         raise StaleStateError(
             f"{fn}: state is stale: it accounts for {count.tolist()} items written but its storage has "
             f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from "

@@ -64,11 +64,13 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     (batch_size,), leaves, stored = check_batch(batch, state.experience, storage_ndim=1, batch_ndim=1)
     check_fresh(state.count, state.storage_count, "add")
     # Only the last `capacity` items survive; writing the others too would repeat rows in one write.
-    kept = min(batch_size, capacity)
-    first = state.count + (batch_size - kept)
-    rows = torch.remainder(first + torch.arange(kept, device=first.device), capacity)
+    skipped = max(0, batch_size - capacity)
+    if skipped:
+        leaves = [leaf[skipped:] for leaf in leaves]
+    first = state.count + skipped
+    rows = torch.remainder(first + torch.arange(batch_size - skipped, device=first.device), capacity)
     for store, leaf in zip(stored, leaves, strict=True):
-        store.index_put_((rows,), leaf[batch_size - kept :])
+        store.index_put_((rows,), leaf)
     return advance_count(state, batch_size), rows
 
 
