@@ -731,8 +731,8 @@ def test_compiled_apply_equals_eager():
 
 def test_apply_reads_the_module_spec_once_and_compiled_apply_reuses_it(monkeypatch):
     """``init`` reads the module's parameter spec and keeps it on the module (a plain attribute, not
-    a parameter, buffer or submodule), so a compiled ``apply`` does not walk the module tree again
-    (that walk cost dynamo ~0.25 s per traced apply); ``skeleton`` copies do not inherit it."""
+    a parameter, buffer or submodule), so a compiled ``apply`` does not walk the module tree again;
+    ``skeleton`` copies do not inherit it."""
     from funrl.nets import core
 
     ac = nets.ActorCritic(4, 2)
@@ -747,7 +747,7 @@ def test_apply_reads_the_module_spec_once_and_compiled_apply_reuses_it(monkeypat
         raise AssertionError("the spec was read again")
 
     monkeypatch.setattr(core, "_read_spec", walk_again)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     got = torch.compile(lambda p, x: nets.apply(ac, p, x), backend="eager", fullgraph=True)(params, obs)
     assert tree.tree_equal(got, expected)
     monkeypatch.undo()
@@ -761,84 +761,8 @@ def test_apply_reads_the_module_spec_once_and_compiled_apply_reuses_it(monkeypat
         nets.apply(meta, nets.init(meta, random.key(2)), torch.ones(2, 3))
 
 
-def _traceable_modules():
-    return {
-        "MLP": (nets.MLP(4, (8, 8), 3, layer_norm=True), lambda g: (torch.randn(5, 4, generator=g),)),
-        "ActorCritic": (nets.ActorCritic(4, 2), lambda g: (torch.randn(3, 5, 4, generator=g),)),
-        "ActorCritic continuous": (
-            nets.ActorCritic(4, 2, continuous=True),
-            lambda g: (torch.randn(5, 4, generator=g),),
-        ),
-        "DiscreteActor": (
-            nets.DiscreteActor(4, 2, activation="relu"),
-            lambda g: (torch.randn(4, generator=g),),
-        ),
-        "GaussianActor": (nets.GaussianActor(4, 2), lambda g: (torch.randn(5, 4, generator=g),)),
-        "GaussianActor state-dependent": (
-            nets.GaussianActor(4, 2, state_dependent_std=True),
-            lambda g: (torch.randn(5, 4, generator=g),),
-        ),
-        "QNetwork": (nets.QNetwork(4, 3), lambda g: (torch.randn(5, 4, generator=g),)),
-        "ContinuousQ": (
-            nets.ContinuousQ(4, 2, hidden_sizes=(16, 16)),
-            lambda g: (torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)),
-        ),
-    }
-
-
-@pytest.mark.parametrize("name", list(_traceable_modules()))
-def test_apply_runs_an_fx_trace_that_equals_functional_call(name):
-    """funrl's modules run through a straight-line FX trace of their forward (params read from the
-    dict: ~4x less eager overhead than functional_call's module swapping, and less to trace under
-    torch.compile). Bitwise the same outputs and gradients as functional_call, eager, vmapped over
-    an ensemble, and compiled."""
-    from torch.func import functional_call
-
-    from funrl.nets import core
-
-    module, make_args = _traceable_modules()[name]
-    params = nets.init(module, random.key(0))
-    assert core._traced_forward(module) is not None
-    args = make_args(torch.Generator().manual_seed(0))
-
-    def loss(p, fn):
-        return sum(x.square().sum() for x in tree.leaves(fn(p)))
-
-    reference = functional_call(module, params, args)
-    assert tree.tree_equal(nets.apply(module, params, *args), reference)
-    assert tree.tree_equal(
-        torch.func.grad(loss)(params, lambda p: nets.apply(module, p, *args)),
-        torch.func.grad(loss)(params, lambda p: functional_call(module, p, args)),
-    )
-    stacked = nets.init_ensemble(module, random.key(1), 3)
-    batched = torch.func.vmap(lambda p: nets.apply(module, p, *args))(stacked)
-    assert tree.tree_equal(batched, torch.func.vmap(lambda p: functional_call(module, p, args))(stacked))
-    looped = tree.stack([functional_call(module, p, args) for p in tree.unstack(stacked)])
-    assert tree.tree_allclose(batched, looped, rtol=1e-6, atol=1e-6)  # batched matmuls round apart
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda p, *a: nets.apply(module, p, *a), backend="eager", fullgraph=True)
-    assert tree.tree_equal(compiled(params, *args), reference)
-
-
-def test_apply_keeps_functional_call_for_modules_it_cannot_vouch_for():
-    from funrl.nets import core
-
-    class Doubled(nets.MLP):  # a subclass's forward is not vouched for by MLP's marker
-        def forward(self, x):
-            return 2 * super().forward(x)
-
-    cnn = nets.NatureCNN(4, 36, 36, 2)
-    doubled = Doubled(3, (4,), 2)
-    for module in (cnn, doubled):
-        nets.init(module, random.key(0))
-        assert core._traced_forward(module) is None
-    params = nets.init(doubled, random.key(0))
-    assert torch.equal(
-        nets.apply(doubled, params, torch.ones(3)),
-        2 * nets.apply(nets.MLP(3, (4,), 2), params, torch.ones(3)),
-    )
-
-    # Dropout reads the training flag: apply must follow train()/eval() after the first call.
+def test_apply_follows_the_module_mode():
+    """Dropout reads the training flag: apply follows train()/eval() after the first call."""
     dropped = nn.Sequential(nn.Linear(3, 3), nn.Dropout(p=1.0))
     params = nets.init(dropped, random.key(2))
     dropped.eval()
@@ -847,7 +771,7 @@ def test_apply_keeps_functional_call_for_modules_it_cannot_vouch_for():
     assert nets.apply(dropped, params, torch.ones(2, 3)).abs().sum() == 0
 
 
-def test_a_traced_continuous_q_still_checks_its_inputs():
+def test_continuous_q_checks_its_inputs():
     q = nets.ContinuousQ(4, 2, hidden_sizes=(8,))
     params = nets.init(q, random.key(0))
     with pytest.raises(ValueError, match=r"^obs, action: expected last dims \(4, 2\), got \[5, 3\]"):
@@ -856,11 +780,9 @@ def test_a_traced_continuous_q_still_checks_its_inputs():
         nets.apply(q, params, torch.zeros(5, 4), torch.zeros(4, 2))
 
 
-def test_a_module_with_a_traced_forward_still_pickles_and_copies(tmp_path):
+def test_an_applied_module_still_pickles_and_copies(tmp_path):
     import copy
     import pickle
-
-    from funrl.nets import core
 
     ac = nets.ActorCritic(4, 2)
     params = nets.init(ac, random.key(0))
@@ -868,15 +790,13 @@ def test_a_module_with_a_traced_forward_still_pickles_and_copies(tmp_path):
     expected = nets.apply(ac, params, obs)
     for again in (pickle.loads(pickle.dumps(ac)), copy.deepcopy(ac)):
         assert tree.tree_equal(nets.apply(again, params, obs), expected)
-        assert core._traced_forward(again) is not None
     torch.save(ac, tmp_path / "ac.pt")
     loaded = torch.load(tmp_path / "ac.pt", weights_only=False)
     assert tree.tree_equal(nets.apply(loaded, params, obs), expected)
 
 
-def test_apply_runs_the_hooks_of_a_module_with_a_traced_forward():
-    """Hooks run in module calls, which the traced forward does not make: a module (or any of its
-    submodules) with a hook, or a global hook, takes functional_call, as before the trace."""
+def test_apply_runs_module_hooks():
+    """apply is a module call (functional_call): the module's own and global hooks run."""
     ac = nets.ActorCritic(4, 2)
     params = nets.init(ac, random.key(0))
     obs = torch.ones(3, 4)

@@ -4,13 +4,7 @@
 ``module.named_parameters()``; ``apply(module, params, *args)`` runs ``module.forward`` with those
 tensors through ``torch.func.functional_call``. The module's own tensors are never read for
 parameters, so a skeleton built on the ``meta`` device (no storage, see :func:`skeleton`) is all
-``apply`` needs, and any ordinary user module works unchanged. For modules made only of types whose
-forward reads no mode flag or mutable state (funrl's own, ``Linear``, ``LayerNorm``, activations,
-``Sequential``), ``apply`` instead runs an FX trace of the forward, made once per module, that reads
-the tensors from ``params``: the same ops without ``functional_call``'s module swapping (eagerly,
-the PPO actor-critic on 4 observations took 53 against 183 µs a call, a 256-256 critic at batch 256
-348 against 479 µs; and dynamo has less to trace). Modules it cannot trace (the forward branches on input shapes, like ``NatureCNN``'s) or
-cannot vouch for (other types, subclasses) keep ``functional_call``.
+``apply`` needs, and any ordinary user module works unchanged.
 
 Keys per parameter. Each parameter draws from ``fold_in(key, crc32(name))``: its values depend on
 the key and its own name only, so adding a layer to a network leaves the others' initial values
@@ -29,15 +23,12 @@ forward that vmaps.
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
-import operator
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
-import torch.fx
 import torch.nn as nn
 from torch.func import functional_call
 
@@ -58,12 +49,16 @@ __all__ = [
 
 Params = dict[str, torch.Tensor]
 
-_NORM_TYPES: tuple[type, ...] = (
-    nn.modules.batchnorm._NormBase,  # BatchNorm*d, InstanceNorm*d, SyncBatchNorm
-    nn.LayerNorm,
-    nn.GroupNorm,
-) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
-_FAN_IN_TYPES: tuple[type, ...] = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)
+_BATCH_NORM_TYPES: tuple[type, ...] = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+)
+_NORM_TYPES: tuple[type, ...] = (*_BATCH_NORM_TYPES, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
 
 
 def _check_module(module: Any) -> None:
@@ -85,7 +80,6 @@ def skeleton(
             raise TypeError("skeleton: extra arguments are only accepted with a module class or factory")
         meta = copy.deepcopy(module_or_cls).to("meta")
         meta.__dict__.pop(_SPEC_ATTR, None)  # the original's spec says which buffers are on meta
-        meta.__dict__.pop(_TRACED_ATTR, None)
         return meta
     if not callable(module_or_cls):
         raise TypeError(
@@ -273,8 +267,7 @@ def init(
             )
         # Contiguous, so a compiled step that returns fresh params sees the same strides next call.
         params[name] = value.contiguous()
-    _spec(module)  # read now, eagerly, so that a compiled apply finds it (and the trace) on the module
-    _traced_forward(module)
+    _spec(module)  # read now, eagerly, so that a compiled apply finds it on the module
     return params
 
 
@@ -293,7 +286,7 @@ def init_buffers(module: nn.Module, device: torch.device | str | None = None) ->
         target = device if device is not None else (buf.device if not buf.is_meta else "cpu")
         if not buf.is_meta:
             out[name] = buf.detach().clone().to(target)
-        elif isinstance(owner, nn.modules.batchnorm._NormBase) and local in (
+        elif isinstance(owner, _BATCH_NORM_TYPES) and local in (
             "running_mean",
             "running_var",
             "num_batches_tracked",
@@ -313,7 +306,7 @@ class _Spec(NamedTuple):
 
     ``aliases`` lists ``(alias, canonical)`` names of tied tensors (one tensor registered under two
     names): ``apply`` passes the canonical value under both, so ``functional_call`` need not search
-    for ties on every call (``tie_weights=False`` saves about a quarter of its overhead).
+    for ties on every call (``tie_weights=False``).
     """
 
     parameters: dict[str, torch.Size]
@@ -323,10 +316,11 @@ class _Spec(NamedTuple):
 
 
 # Read once per module object and kept on it as a plain attribute (not a submodule, parameter or
-# buffer), where traced code can read it too: walking the module tree costs more than
-# functional_call's own overhead on a small policy eagerly, and under torch.compile it cost dynamo
-# about 0.25 s of tracing per apply of PPO's actor-critic. Skeletons are fixed descriptions; a module
-# whose parameters are added or replaced after its first ``apply`` (or ``init``) must be rebuilt.
+# buffer), where compiled code can read it too: walking the module tree on every call would cost
+# more than functional_call itself on a small policy, and gives dynamo the whole walk to trace.
+# ``init`` reads it eagerly, so compiled code normally finds it. Skeletons are fixed descriptions;
+# a module whose parameters are added or replaced after its first ``apply`` (or ``init``) must be
+# rebuilt.
 _SPEC_ATTR = "_funrl_apply_spec"
 
 
@@ -353,8 +347,7 @@ def _spec(module: nn.Module) -> _Spec:
     spec = getattr(module, _SPEC_ATTR, None)
     if spec is None:
         spec = _read_spec(module)
-        if not torch.compiler.is_compiling():  # no side effects on the module while dynamo traces
-            object.__setattr__(module, _SPEC_ATTR, spec)
+        object.__setattr__(module, _SPEC_ATTR, spec)
     return spec
 
 
@@ -409,98 +402,7 @@ def apply(module: nn.Module, params: Mapping[str, torch.Tensor], *args: Any, **k
     for alias, canonical in spec.aliases:
         if canonical in values:
             values[alias] = values[canonical]
-    traced = _traced_forward(module)
-    if traced is not None and not _hooked(traced.modules) and all(name in values for name in traced.reads):
-        return traced.forward(values, *args, **kwargs)
     return functional_call(module, values, args, kwargs, tie_weights=False)
-
-
-# Module types whose forward reads no mode flag (``training``) or other mutable state, so one FX
-# trace of it is its forward for every call. funrl's own modules say so with a class attribute
-# ``funrl_pure_forward = True`` (read on the class itself: a subclass's forward is not vouched for).
-_PURE_TORCH_TYPES: frozenset[type] = frozenset(
-    {nn.Sequential, nn.Linear, nn.LayerNorm, nn.Identity, nn.Flatten, nn.Tanh, nn.ReLU, nn.ELU}
-    | {nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Softplus}
-)
-_TRACED_ATTR = "_funrl_traced_forward"
-
-
-class _TracedForward(NamedTuple):
-    """``forward(params, *args, **kwargs)``: the module's forward with every parameter or buffer read
-    (``reads``, the names) taken from ``params``."""
-
-    forward: Callable[..., Any]
-    reads: tuple[str, ...]
-    modules: tuple[nn.Module, ...]  # the module and its submodules, whose hooks the trace would skip
-
-    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
-        # The generated function cannot be pickled by name; a pickled module (torch.save) drops
-        # its trace and traces again on its first apply.
-        return _no_trace, ()
-
-
-def _no_trace() -> None:
-    return None
-
-
-class _InlineEveryModule(torch.fx.Tracer):
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return False  # trace into Linear & co., so their weights become reads of params
-
-
-def _trace_forward(module: nn.Module) -> _TracedForward | None:
-    """``module.forward`` traced by FX into straight-line code reading its tensors from a dict, or
-    None where that is not known to be the same function (a module type not vouched for, or a
-    forward FX cannot trace, e.g. one that branches on input shapes)."""
-    for m in module.modules():
-        if type(m) not in _PURE_TORCH_TYPES and not type(m).__dict__.get("funrl_pure_forward", False):
-            return None
-    try:
-        graph = _InlineEveryModule().trace(module)
-    except Exception:  # noqa: BLE001 - any trace failure means: use functional_call
-        return None
-    first = next(iter(graph.nodes))
-    with graph.inserting_before(first):
-        params = graph.placeholder("funrl_params")
-    reads = []
-    for node in list(graph.nodes):
-        if node.op == "get_attr":
-            with graph.inserting_before(node):
-                value = graph.call_function(operator.getitem, (params, node.target))
-            node.replace_all_uses_with(value)
-            graph.erase_node(node)
-            reads.append(node.target)
-        elif node.op == "call_module":
-            return None
-    code = graph.python_code("self")
-    namespace = dict(code.globals)
-    exec(code.src, namespace)  # noqa: S102 - FX's own generated code of the module's forward
-    return _TracedForward(
-        functools.partial(namespace["forward"], None), tuple(dict.fromkeys(reads)), tuple(module.modules())
-    )
-
-
-def _hooked(modules: tuple[nn.Module, ...]) -> bool:
-    """True if a forward or backward hook is registered on any of ``modules`` or globally: module
-    calls run hooks, the traced forward has no module calls, so such modules take functional_call."""
-    hooks = torch.nn.modules.module
-    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
-        return True
-    if hooks._global_backward_hooks or hooks._global_backward_pre_hooks:
-        return True
-    return any(
-        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
-        for m in modules
-    )
-
-
-def _traced_forward(module: nn.Module) -> _TracedForward | None:
-    """The module's traced forward, made once per module object (eagerly) and kept on it."""
-    traced = getattr(module, _TRACED_ATTR, None)
-    if traced is None and not torch.compiler.is_compiling():
-        traced = _trace_forward(module) or False  # False: tried, use functional_call
-        object.__setattr__(module, _TRACED_ATTR, traced)
-    return traced or None
 
 
 def init_ensemble(

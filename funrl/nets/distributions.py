@@ -192,18 +192,11 @@ def _quadrature_tables() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _QUADRATURE = _quadrature_tables()
-# Per (device, dtype) copies, so eager calls on an accelerator do not copy the tables every time.
-_QUADRATURE_ON: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _quadrature(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if torch.compiler.is_compiling():  # graph constants either way
-        return tuple(t.to(device=like.device, dtype=like.dtype) for t in _QUADRATURE)
-    tables = _QUADRATURE_ON.get((like.device, like.dtype))
-    if tables is None:
-        tables = tuple(t.to(device=like.device, dtype=like.dtype) for t in _QUADRATURE)
-        _QUADRATURE_ON[(like.device, like.dtype)] = tables
-    return tables
+    """The tables on ``like``'s device and dtype (graph constants when compiled)."""
+    return tuple(t.to(device=like.device, dtype=like.dtype) for t in _QUADRATURE)
 
 
 def _expected_log_det_tanh(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
