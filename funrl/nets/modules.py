@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.fx
 import torch.nn as nn
 
 from funrl.nets import initializers as inits
@@ -86,8 +85,6 @@ class MLP(nn.Sequential):
     Shapes: ``[..., in_features] -> [..., out_features]``.
     """
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(
         self,
         in_features: int,
@@ -129,8 +126,6 @@ class NatureCNN(nn.Module):
     With ``scale_input=True`` it is divided by 255 (Atari frames); otherwise cast to float as is.
     Output: ``[..., 512]`` features, or ``[..., out_features]`` with a head.
     """
-
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -191,8 +186,6 @@ class DiscreteActor(nn.Module):
     Pair with ``funrl.nets.distributions.categorical``.
     """
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(
         self,
         obs_dim: int,
@@ -222,8 +215,6 @@ class GaussianActor(nn.Module):
     outputs ``2 * action_dim`` values, ``loc`` and a raw log-std squashed by ``tanh`` into
     ``[log_std_min, log_std_max]``. Pair with ``distributions.normal`` or ``distributions.tanh_normal``.
     """
-
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -275,8 +266,6 @@ class ActorCritic(nn.Module):
         init(ac, key, orthogonal(2**0.5), ac.ppo_overrides())
     """
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(
         self,
         obs_dim: int,
@@ -323,8 +312,6 @@ class ActorCritic(nn.Module):
 class QNetwork(nn.Module):
     """Discrete action values: ``[..., obs_dim] -> Q [..., num_actions]`` (CleanRL's DQN sizes by default)."""
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(
         self,
         obs_dim: int,
@@ -347,8 +334,6 @@ class ContinuousQ(nn.Module):
 
     As CleanRL's SAC/TD3 critics (two hidden layers of 256, ReLU, by default).
     """
-
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -381,8 +366,3 @@ def _check_obs_and_action(obs: torch.Tensor, action: torch.Tensor, obs_dim: int,
             "obs, action: expected the same batch shape, got "
             f"{list(obs.shape[:-1])} and {list(action.shape[:-1])}"
         )
-
-
-# An FX trace (nets.apply's fast path) records the check as a call, run on every call's real
-# shapes, instead of tracing into its shape comparisons (which FX cannot).
-torch.fx.wrap("_check_obs_and_action")
