@@ -1,17 +1,28 @@
-"""Loops for compiled code: ``scan`` with a compiled path and a plain-loop path that agree.
+"""The adapter between funrl and torch's compiler: loops, the "am I traced?" question, compiling.
 
-``torch.compile`` of a Python loop unrolls it: a 128-step rollout takes about 90 s to compile on a
-2-core CPU. ``torch._higher_order_ops.scan`` keeps the loop as one node (about 4 s to compile) but
-is a prototype API, so everything in funrl loops through :func:`scan`, which picks the
-higher-order op only while ``torch.compile`` is tracing and a plain Python loop otherwise. Both
-paths compute the same function; ``tests/test_control.py`` checks it.
+``torch.compile`` of a Python loop unrolls it, so a long rollout makes a huge graph that takes
+minutes to compile. torch's ``scan`` higher-order op keeps the loop as one node but is a prototype
+API that runs only under the compiler, so everything in funrl loops through :func:`scan`: the op
+while ``torch.compile`` traces, a plain Python loop otherwise. Both paths compute the same
+function; ``tests/test_control.py`` checks it.
+
+This is the one module of funrl that uses private torch APIs; everything else uses public ones.
+Each is listed here with the reason it is needed. Tested with torch 2.13.0.
+
+- ``torch._higher_order_ops.scan.scan``: the loop op behind :func:`scan` and :func:`fori_loop`
+  under ``torch.compile`` (no public loop op exists).
+- ``torch.utils._pytree`` (``tree_flatten``, ``tree_unflatten``, ``tree_map``, ``tree_leaves``,
+  ``register_pytree_node``): the pytree library that ``torch.func.vmap``, ``torch.compile`` and
+  the scan op use. :func:`scan` flattens carries with it so that they match what the op sees, and
+  :func:`register_pytree_node` (used by ``funrl.tree.register_state``) registers a user's
+  container with it so that vmap and compile see through it.
+- ``torch._C._functorch.peek_interpreter_stack``: in :func:`is_traced`, whether a ``torch.func``
+  transform (vmap, grad) is running the caller; torch has no public query for it.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,120 +32,28 @@ import torch.utils._pytree as torch_pytree
 __all__ = [
     "scan",
     "fori_loop",
-    "is_compiling",
     "is_traced",
     "compile",
+    "register_pytree_node",
     "INDUCTOR_OPTIONS",
-    "CPP_WRAPPER_OPTIONS",
-    "masked_moves_are_slow",
 ]
-
-# While dynamo traces torch's scan op (the compiled path of `scan`), the op takes a first slice of
-# every `xs` leaf with `select_copy` as the example input of its body. Under vmap that op has no
-# batching rule, so every compile of a vmapped scan warned "There is a performance drop because we
-# have not yet implemented the batching rule for aten::select_copy.int" (twice per compile of the
-# vmapped PPO step). The slice exists only on fake tensors at trace time: the generated code holds
-# no select_copy. The filter matches only that message raised from dynamo's fake-tensor execution
-# (module torch._dynamo.utils), so the same warning from eager code (a user's own vmap) still shows.
-warnings.filterwarnings(
-    "ignore",
-    message=r"There is a performance drop because we have not yet implemented the batching rule for "
-    r"aten::select_copy\.int",
-    category=UserWarning,
-    module=r"torch\._dynamo\.utils",
-)
 
 Carry = Any
 Tree = Any
 
 
-def masked_moves_are_slow(cpuinfo: str) -> bool:
-    """Whether ``cpuinfo`` (the text of ``/proc/cpuinfo``) is an AMD CPU on which inductor's CPU
-    kernels use AVX2 (AVX2, no AVX-512): there ``vmaskmovps``, with which inductor copies the last
-    partial vector of a row, is a long microcoded sequence."""
-    vendor, flags = "", set()
-    for line in cpuinfo.splitlines():  # the first processor's lines are enough
-        key, _, value = line.partition(":")
-        if key.strip() == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-        if vendor and flags:
-            break
-    return vendor == "AuthenticAMD" and "avx2" in flags and "avx512f" not in flags
-
-
-def _this_cpu_has_slow_masked_moves() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return masked_moves_are_slow(f.read())
-    except OSError:  # not Linux: inductor's defaults
-        return False
-
-
 INDUCTOR_OPTIONS: dict[str, Any] = {
     "realize_reads_threshold": 1,
     "size_asserts": False,
-    "cpp.use_decompose_tanh": True,
-    **(
-        {"cpp.enable_loop_tail_vec": False}
-        if hasattr(torch._inductor.config.cpp, "enable_loop_tail_vec") and _this_cpu_has_slow_masked_moves()
-        else {}
-    ),
 }
-"""Inductor options funrl compiles with.
+"""Inductor options :func:`compile` adds (an explicit value in ``options`` wins).
 
-Threefry's 20 rounds read each word two or three times; with inductor's default
-(``realize_reads_threshold=4``) every such read inlines the whole producer chain again, and the
-generated kernel grows until code generation dominates: one ``uniform`` graph took 26 s of CPU to
-compile and ran in 108 µs. Realising every multiply-read intermediate cut that to 15 s and 47 µs
-(measured on the 2-core CI-like machine, torch 2.13), and a whole PPO update step compiles
-several times faster.
-
-``size_asserts=False`` drops the size-and-stride check inductor's wrapper runs on every input of
-a graph and of every loop-body subgraph, on every call and every loop iteration (dynamo's guards
-already check the graph's own inputs). A PPO rollout iteration ran 38 of them; the PPO CartPole
-update went from 25.9 to 21.5 ms (one process, 9 rounds in turn, 2-core CPU, torch 2.13).
-
-``cpp.use_decompose_tanh`` has inductor's vectorised CPU kernels compute ``tanh(x)`` as
-``2 / (1 + exp(-2x)) - 1`` instead of calling Sleef's ``tanhf`` (1-ulp, about 100 cycles per
-16 floats here). Within 2.4e-7 of eager everywhere (absolute; ``tests/test_control.py`` checks
-it, saturation and infinities included); only the relative error of tiny values grows
-(``tanh(1e-8)`` gives 0), which no activation or squashing in funrl relies on. 8-seed PPO on
-CartPole spent 19% of its update in Sleef's tanh (``perf``); the update went from 56.9 to 47.0 ms
-(one process, 7 rounds in turn, 2-core CPU, torch 2.13). Ignored on GPU.
-
-``cpp.enable_loop_tail_vec=False``, only on AMD CPUs where inductor vectorises with AVX2
-(:func:`masked_moves_are_slow`): a row whose length is not a multiple of 8 floats ends in a partial
-vector, which inductor copies with masked loads and stores (``vmaskmovps``); AMD runs the masked
-store as a long microcoded sequence, so a gather of 41-float replay rows from a storage larger
-than the caches kept few rows in flight. With the option the tail is a scalar loop. Each setting
-compiled in one process and timed in turn (AMD EPYC Zen 3, 2 cores, torch 2.13): a compiled
-sample of 256 from a 1e7-item buffer 300.5 -> 273.0 µs (8 per call: 109.9 -> 91.3 µs), at 1e4
-unchanged; a prioritised sample + update at 1e6 615 -> 582 µs; DQN / SAC / TD3 compiled updates
-817 -> 875, 73 -> 73, 66 -> 67 gradient steps/s; PPO CartPole (C++ wrapper) 15.42 -> 14.99 ms per
-update for one seed, 50.76 -> 50.14 for 8. Other CPUs keep inductor's default (not measured with
-the option: Intel's masked moves are not microcoded, and AVX-512 kernels mask with mask
-registers). See BENCHMARKS.md.
-"""
-
-
-CPP_WRAPPER_OPTIONS: dict[str, Any] = (
-    {"cpp_wrapper_build_separate": True}
-    if hasattr(torch._inductor.config, "cpp_wrapper_build_separate")
-    else {}
-)
-"""Inductor options added whenever the C++ wrapper is asked for (``options={"cpp_wrapper": True}``);
-an explicit value in ``options`` wins.
-
-With the C++ wrapper on CPU, inductor writes the step's kernels and the wrapper that calls them
-into one C++ file and builds it with one ``g++ -O3``: one process on one core, after the rest of
-the compile. ``cpp_wrapper_build_separate`` builds the kernels (still ``-O3``) and the wrapper
-(``-O1``: it only calls kernels and allocates) as two files. Cold first compiles of the one-seed
-PPO CartPole step, each in a fresh process with an empty inductor cache, rounds in turn (2-core
-CPU, torch 2.13): one file 90.9 / 77.9 s, separate 52.0 / 46.8 s, the Python wrapper 49.3 s; per
-update 8.24 / 8.94 ms against 8.62 / 7.56 ms (the Python wrapper 16.34 ms). See BENCHMARKS.md.
-Empty where torch has no such option (before 2.7).
+``realize_reads_threshold=1`` stores an intermediate that is read more than once instead of
+recomputing it in each reader: Threefry's rounds read every word several times, and inlining the
+producer chain into each read grows the generated kernels until code generation dominates the
+compile. ``size_asserts=False`` drops the size-and-stride check inductor's wrapper runs on every
+input of a graph and of every loop-body subgraph, on every call and every loop iteration; dynamo's
+guards already check the graph's inputs.
 """
 
 
@@ -146,16 +65,12 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers),
-    and :data:`CPP_WRAPPER_OPTIONS` when ``options`` asks for inductor's C++ wrapper.
+    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers).
 
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
     takes either a mode or options; any other mode is passed as it is, without funrl's options.
     """
-    start_cpu_vec_isa_check()
     merged = {**INDUCTOR_OPTIONS, **(options or {})}
-    if merged.get("cpp_wrapper"):
-        merged = {**CPP_WRAPPER_OPTIONS, **merged}
     if mode == "reduce-overhead":
         merged["triton.cudagraphs"] = True
         mode = None
@@ -164,51 +79,17 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, options=merged)
 
 
-_vec_isa_check: threading.Thread | None = None
-
-
-def start_cpu_vec_isa_check() -> threading.Thread | None:
-    """Start inductor's CPU vector-ISA check on a background thread (once per process).
-
-    The first CPU kernel inductor generates in a process asks which vector ISAs g++ can build and
-    load (``torch._inductor.cpu_vec_isa.valid_vec_isa_list``): one test library per candidate ISA
-    built with g++ and loaded by a child Python. That took 9.8-11.5 s with an empty inductor cache
-    and ~1.6 s with a warm one (2-core CPU, three AVX ISAs), inside the first compile, after
-    dynamo and AOTAutograd have traced for 20-30 s with one core busy. Run here, the g++ and child
-    processes overlap with that tracing: cold first compiles of the one-seed PPO CartPole step, each
-    in a fresh process with an empty cache, took 72.2 / 98.0 s before (the check ran 8.8 / 14.1 s
-    inside them) and 67.8 / 75.2 s with it (two rounds in turn). It is torch's own check, cached by torch
-    (``functools.cache``): the compile reads the same list; if it asks before the thread is done
-    it computes the list itself (the builds are file-locked), as it would without this.
-    Returns the thread (None where inductor or that function is missing).
-    """
-    global _vec_isa_check
-    if _vec_isa_check is None:
-        try:
-            from torch._inductor import cpu_vec_isa
-        except ImportError:  # a torch build without inductor: nothing to warm
-            return None
-        check = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
-        if check is None:  # a torch whose inductor checks differently: leave it to the compile
-            return None
-        _vec_isa_check = threading.Thread(
-            target=_quietly, args=(check,), name="funrl-vec-isa-check", daemon=True
-        )
-        _vec_isa_check.start()
-    return _vec_isa_check
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    # A failure here is only a cache miss: the compile runs the check itself and reports there.
-    try:
-        fn()
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def is_compiling() -> bool:
-    """True while ``torch.compile`` (dynamo) is tracing the calling code."""
-    return torch.compiler.is_compiling()
+def register_pytree_node(
+    cls: type,
+    flatten: Callable[[Any], tuple[list[Any], Any]],
+    unflatten: Callable[[list[Any], Any], Any],
+) -> None:
+    """Register ``cls`` with torch's pytree library (``flatten(obj) -> (children, context)``,
+    ``unflatten(children, context) -> obj``), so that ``torch.func`` transforms and
+    ``torch.compile`` see through instances of it."""
+    torch_pytree.register_pytree_node(
+        cls, flatten, unflatten, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def is_traced() -> bool:
@@ -443,7 +324,7 @@ def scan(
         raise ValueError(f"unroll: expected a positive int, got {unroll!r}")
     # A loop that would run once is traced inline: the op's per-iteration machinery buys nothing
     # there (and torch 2.13's C++ wrapper declares some buffers twice after such loops).
-    hop = (is_compiling() and length // unroll >= 2) if use_hop is None else use_hop
+    hop = (torch.compiler.is_compiling() and length // unroll >= 2) if use_hop is None else use_hop
     if hop and unroll > 1 and length >= unroll:
         return _scan_hop_unrolled(f, init, xs, length, reverse, unroll)
     if hop:

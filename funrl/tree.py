@@ -1,6 +1,6 @@
 """Pytree helpers on optree: params dicts, NamedTuple states and their batched (stacked) forms.
 
-``NamedTuple`` states are pytrees natively in optree, in ``torch.utils._pytree`` (so ``vmap`` and
+``NamedTuple`` states are pytrees natively in optree, in torch's own pytree library (so ``vmap`` and
 ``torch.compile`` see through them) and in tensordict, so all three agree on their structure;
 ``register_state`` exists for users' own non-NamedTuple containers.
 
@@ -16,7 +16,8 @@ from typing import Any
 
 import optree
 import torch
-import torch.utils._pytree as torch_pytree
+
+from funrl import control
 
 __all__ = [
     "map",
@@ -205,7 +206,8 @@ def zeros_like(tree: Tree) -> Tree:
 
 
 def register_state(cls: type) -> type:
-    """Register a dataclass as a pytree with optree (namespace ``funrl``) and ``torch.utils._pytree``.
+    """Register a dataclass as a pytree with optree (namespace ``funrl``) and with torch's pytree
+    library (through :func:`funrl.control.register_pytree_node`).
 
     NamedTuples need no registration; use this for a ``@dataclass`` state of your own. Fields
     are children; the class is rebuilt with them in declaration order.
@@ -221,10 +223,9 @@ def register_state(cls: type) -> type:
         return cls(**dict(zip(names, children, strict=True)))
 
     optree.register_pytree_node(cls, flatten_fn, unflatten_fn, namespace=_NAMESPACE)
-    torch_pytree.register_pytree_node(
+    control.register_pytree_node(
         cls,
         lambda obj: ([getattr(obj, n) for n in names], None),
         lambda children, _: cls(**dict(zip(names, children, strict=True))),
-        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
     )
     return cls

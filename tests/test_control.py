@@ -1,9 +1,8 @@
-"""Tests for funrl.control: the Python-loop path and the higher-order-op path of scan agree."""
+"""Tests for funrl.control: the Python-loop path and the higher-order-op path of scan agree;
+is_traced; compile's options."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any, NamedTuple
 
 import pytest
@@ -14,8 +13,8 @@ from hypothesis import strategies as st
 from torch.func import vmap
 
 import funrl.random as R
-from funrl import tree
-from funrl.control import compile, fori_loop, is_compiling, scan
+from funrl import control, tree
+from funrl.control import compile, fori_loop, is_traced, scan
 
 
 class Carry(NamedTuple):
@@ -138,8 +137,19 @@ def test_grad_through_the_loop_path():
     assert torch.allclose(torch.func.grad(loss)(w.detach()), autograd)
 
 
-def test_not_compiling_in_eager():
-    assert is_compiling() is False
+def test_is_traced_under_compile_and_torch_func_transforms_only():
+    assert is_traced() is False
+    seen = []
+
+    def record(x: torch.Tensor) -> torch.Tensor:
+        seen.append(is_traced())
+        return x * 2
+
+    vmap(record)(torch.ones(2, 3))
+    torch.func.grad(lambda x: record(x).sum())(torch.ones(3))
+    torch.compile(record, backend="eager", fullgraph=True)(torch.ones(3))
+    assert seen == [True, True, True]
+    assert is_traced() is False
 
 
 def light_step(carry: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor):
@@ -155,7 +165,7 @@ def _compiled_workload(xs: torch.Tensor):
     backward = scan(light_step, init, xs, reverse=True)
     counted = scan(lambda c, i: (c * 2 + i, i * i), torch.tensor(1), length=4)
     looped = fori_loop(2, 6, lambda i, c: c * 10 + i, torch.tensor(0))
-    return forward, backward, counted, looped, is_compiling()
+    return forward, backward, counted, looped, torch.compiler.is_compiling()
 
 
 @pytest.mark.parametrize(
@@ -233,63 +243,34 @@ def test_compile_drops_size_asserts_and_user_options_override_them():
     assert "assert_size_stride(" in code_with_asserts
 
 
-def test_compile_builds_the_cpp_wrapper_and_its_kernels_separately_unless_told_otherwise(monkeypatch):
-    """Asking for inductor's C++ wrapper adds CPP_WRAPPER_OPTIONS (kernels and wrapper built as two
-    files: a first compile of the PPO step about 40% shorter); an explicit value wins, and without
-    the C++ wrapper nothing is added."""
-    import funrl.control as control
-
+def test_compile_adds_funrl_options_and_the_caller_wins(monkeypatch):
+    """INDUCTOR_OPTIONS go to torch.compile unless ``options`` says otherwise; reduce-overhead becomes
+    its option (torch takes a mode or options, not both); another mode goes as it is."""
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(control.torch, "compile", lambda fn, **kwargs: seen.append(kwargs["options"]) or fn)
-    compile(abs, options={"cpp_wrapper": True})
-    compile(abs, options={"cpp_wrapper": True, "cpp_wrapper_build_separate": False})
+    monkeypatch.setattr(control.torch, "compile", lambda fn, **kwargs: seen.append(kwargs) or fn)
     compile(abs)
-    compile(abs, options={"cpp_wrapper": False})
-    assert control.CPP_WRAPPER_OPTIONS == {"cpp_wrapper_build_separate": True}  # torch 2.13 has it
-    assert seen[0]["cpp_wrapper_build_separate"] is True and seen[0]["cpp_wrapper"] is True
-    assert seen[1]["cpp_wrapper_build_separate"] is False
-    assert all("cpp_wrapper_build_separate" not in options for options in seen[2:])
-    assert all(options[k] == v for options in seen for k, v in control.INDUCTOR_OPTIONS.items())
+    compile(abs, options={"size_asserts": True})
+    compile(abs, mode="reduce-overhead")
+    compile(abs, mode="max-autotune")
+    assert seen[0]["options"] == control.INDUCTOR_OPTIONS and seen[0]["fullgraph"] is True
+    assert seen[1]["options"] == {**control.INDUCTOR_OPTIONS, "size_asserts": True}
+    assert seen[2]["options"] == {**control.INDUCTOR_OPTIONS, "triton.cudagraphs": True}
+    assert "mode" not in seen[2]
+    assert seen[3]["mode"] == "max-autotune" and "options" not in seen[3]
 
 
-def test_compile_runs_torchs_vec_isa_check_on_a_background_thread_once(monkeypatch):
-    """compile() hands inductor's CPU vector-ISA check (g++ builds and child Pythons: ~10 s on an
-    empty inductor cache) to a daemon thread once per process, so it overlaps with tracing; the
-    thread calls torch's own cached ``valid_vec_isa_list``, and a failure there stays quiet (the
-    compile redoes the check and reports)."""
-    import threading
+def test_register_pytree_node_lets_vmap_see_through_a_container():
+    class Pair:
+        def __init__(self, a: torch.Tensor, b: torch.Tensor) -> None:
+            self.a, self.b = a, b
 
-    from torch._inductor import cpu_vec_isa
-
-    import funrl.control as control
-
-    calls = []
-    monkeypatch.setattr(control, "_vec_isa_check", None)
-    monkeypatch.setattr(
-        cpu_vec_isa, "valid_vec_isa_list", lambda: calls.append(threading.current_thread().name)
+    control.register_pytree_node(Pair, lambda p: ([p.a, p.b], None), lambda children, _: Pair(*children))
+    out = vmap(lambda p: Pair(p.a + p.b, p.a * p.b))(Pair(torch.arange(3.0), torch.ones(3)))
+    assert (
+        isinstance(out, Pair)
+        and torch.equal(out.a, torch.arange(3.0) + 1)
+        and torch.equal(out.b, torch.arange(3.0))
     )
-    compile(lambda x: x + 1)
-    thread = control._vec_isa_check
-    assert isinstance(thread, threading.Thread) and thread.daemon
-    thread.join(timeout=60)
-    assert calls == ["funrl-vec-isa-check"]
-    compile(lambda x: x * 2)
-    assert control._vec_isa_check is thread and calls == ["funrl-vec-isa-check"]
-
-    def broken() -> None:
-        raise RuntimeError("g++ missing")
-
-    uncaught = []
-    monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    monkeypatch.setattr(control, "_vec_isa_check", None)
-    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", broken)
-    control.start_cpu_vec_isa_check().join(timeout=60)
-    assert uncaught == []
-
-    monkeypatch.setattr(control, "_vec_isa_check", None)
-    monkeypatch.delattr(cpu_vec_isa, "valid_vec_isa_list")
-    assert control.start_cpu_vec_isa_check() is None  # another torch: compile() still works
-    compile(lambda x: x - 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,30 +297,6 @@ def test_bad_input_raises_naming_the_argument(use_hop):
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match=r"^unroll: expected a positive int"):
             scan(f, c, torch.zeros(3), unroll=bad, use_hop=use_hop)
-
-
-@pytest.mark.slow
-def test_compiled_tanh_is_decomposed_and_within_bound_of_eager():
-    """INDUCTOR_OPTIONS computes tanh through exp in CPU kernels; it stays within 2.4e-7 of eager
-    over the whole float range (saturation, infinities, NaN included)."""
-    from torch._inductor.utils import run_and_get_code
-
-    x = torch.cat(
-        [
-            torch.linspace(-20.0, 20.0, 400_001),
-            torch.linspace(-1e-3, 1e-3, 10_001),
-            torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 1e30, -1e30, float("inf"), float("-inf")]),
-        ]
-    )
-    with torch._inductor.config.patch(fx_graph_cache=False):
-        got, (code,) = run_and_get_code(compile(torch.tanh), x)
-        _, (code_sleef,) = run_and_get_code(compile(torch.tanh, options={"cpp.use_decompose_tanh": False}), x)
-    assert ".tanh()" not in code and ".exp()" in code
-    assert ".tanh()" in code_sleef
-    expected = torch.tanh(x)
-    assert (got - expected).abs().max().item() <= 2.4e-7
-    assert got.abs().max().item() <= 1.0 and got[-2].item() == 1.0 and got[-1].item() == -1.0
-    assert torch.isnan(compile(torch.tanh)(torch.tensor([float("nan")] * 32))).all()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,96 +374,3 @@ def test_compiled_scan_carries_namedtuple_outputs_without_a_probe():
     got = compile(lambda init, xs: scan(aliased_step, init, xs))(init, xs)
     assert type(got[1]) is Aliased
     assert tree.tree_allclose(got, reference_scan(aliased_step, init, xs), rtol=1e-6, atol=1e-6)
-
-
-_VMAPPED_SCAN_COMPILE = """
-import sys, warnings
-import torch
-from torch.func import vmap
-from funrl.control import scan
-if sys.argv[1] == "drop-filter":  # the planted check: funrl's filter removed after import
-    warnings.filters[:] = [f for f in warnings.filters if "select_copy" not in str(f[1] and f[1].pattern)]
-def run(init, xs):
-    return scan(lambda c, x: (c + x, c * x), init, xs)
-compiled = torch.compile(vmap(run), backend="eager", fullgraph=True)
-carry, ys = compiled(torch.zeros(3, 2), torch.ones(3, 5, 2))
-assert torch.equal(carry, torch.full((3, 2), 5.0)) and ys.shape == (3, 5, 2)
-with warnings.catch_warnings(record=True) as eager:  # eager: there the same warning must still show
-    vmap(lambda x: torch.select_copy(x, 0, 0))(torch.ones(2, 3, 4))
-assert any("select_copy.int" in str(w.message) for w in eager), [str(w.message) for w in eager]
-"""
-
-
-@pytest.mark.parametrize("variant", ["as-shipped", "drop-filter"])
-def test_compiling_a_vmapped_scan_prints_no_trace_time_fallback_warning(variant):
-    """torch's scan op takes its body's example input with select_copy while dynamo traces, and under
-    vmap that op has no batching rule: every compile of a vmapped scan warned of a performance drop
-    that the generated code never has. A fresh interpreter with every UserWarning shown (-W always)
-    must print none of it, while the same warning from eager vmap code still reaches the user; the
-    same run with funrl's filter removed prints it (so the check can fail)."""
-    result = subprocess.run(
-        [sys.executable, "-W", "always::UserWarning", "-c", _VMAPPED_SCAN_COMPILE, variant],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    warned = "batching rule for aten::select_copy.int" in result.stderr
-    assert warned == (variant == "drop-filter"), result.stderr
-
-
-ZEN3_CPUINFO = """processor\t: 0
-vendor_id\t: AuthenticAMD
-cpu family\t: 25
-model name\t: AMD EPYC 7B13
-flags\t\t: fpu sse sse2 avx fma avx2 bmi2
-processor\t: 1
-vendor_id\t: GenuineIntel
-flags\t\t: avx512f
-"""
-
-
-@pytest.mark.parametrize(
-    ("cpuinfo", "slow"),
-    [
-        (ZEN3_CPUINFO, True),  # later processors' lines are not read
-        (ZEN3_CPUINFO.replace("avx2", "avx2 avx512f"), False),  # Zen 4: AVX-512 kernels, mask registers
-        (ZEN3_CPUINFO.replace("AuthenticAMD", "GenuineIntel"), False),
-        (ZEN3_CPUINFO.replace(" avx2", ""), False),  # no AVX2: no vmaskmovps in the kernels
-        ("flags\t: avx avx2\nvendor_id\t: AuthenticAMD\n", True),  # field order does not matter
-        ("", False),
-    ],
-)
-def test_masked_moves_are_slow_only_on_amd_cpus_with_avx2_kernels(cpuinfo: str, slow: bool):
-    from funrl.control import masked_moves_are_slow
-
-    assert masked_moves_are_slow(cpuinfo) is slow
-
-
-def test_inductor_options_keep_the_loop_tail_scalar_exactly_on_such_cpus():
-    import funrl.control as control
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            slow = control.masked_moves_are_slow(f.read())
-    except OSError:
-        slow = False
-    assert ("cpp.enable_loop_tail_vec" in control.INDUCTOR_OPTIONS) is slow
-    assert control.INDUCTOR_OPTIONS.get("cpp.enable_loop_tail_vec", False) is False
-
-
-def test_scalar_loop_tail_keeps_a_compiled_gather_equal_to_eager():
-    """The option INDUCTOR_OPTIONS adds on AMD CPUs with AVX2 kernels, forced here on any CPU:
-    rows of 41 floats (a partial last vector) and a bool column, gathered and scaled, compiled
-    equal eager bit for bit."""
-    from funrl.control import compile
-
-    def gather(floats: torch.Tensor, flags: torch.Tensor, rows: torch.Tensor):
-        return torch.index_select(floats, 0, rows) * 2.0, torch.index_select(flags, 0, rows)
-
-    floats = R.normal(R.key(3), (1000, 41))
-    flags = R.uniform(R.key(4), (1000, 1)) > 0.5
-    rows = R.randint(R.key(5), (256,), 0, 1000)
-    expected = gather(floats, flags, rows)
-    got = compile(gather, options={"cpp.enable_loop_tail_vec": False})(floats, flags, rows)
-    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
