@@ -1,16 +1,11 @@
 """Losses and value estimators: funrl against TorchRL, measured in the same run.
 
-GAE section (``--section gae``): ``funrl.losses.gae`` eager and compiled with
-``funrl.control.compile`` (what funrl's agents and docs use), against TorchRL's
-``generalized_advantage_estimate`` (a reverse Python loop) and ``vec_generalized_advantage_estimate``
-(a discount-filter product), at T=128 x N=4096 and T=1024 x N=64. A "memory floor" row times
-``torch.clone`` of as many bytes as ``gae`` reads and writes (a lower bound for any
-implementation that touches its inputs and outputs once). Two ablation rows show what funrl's
-formulation buys: the previous one (TD errors and trace multipliers written to memory before the
-chunked scan) and the current one with the bool flags read by the compiled kernels directly. The
-formulation rows time the recurrence alone (``x_t = a_t + b_t x_{t+1}``): funrl's chunked scan,
-a one-level Hillis-Steele scan, a reverse Python loop, and a reverse loop through
-``funrl.control.scan`` compiled.
+GAE section (``--section gae``): ``funrl.losses.gae`` (a reverse ``funrl.control.scan``) eager
+and compiled with ``funrl.control.compile`` (what funrl's agents use, with γ and λ as tensors),
+against TorchRL's ``generalized_advantage_estimate`` (a reverse Python loop) and
+``vec_generalized_advantage_estimate`` (a discount-filter product), at T=128 x N=4096 and
+T=1024 x N=64. A "memory floor" row times ``torch.clone`` of as many bytes as ``gae`` reads and
+writes (a lower bound for any implementation that touches its inputs and outputs once).
 
 Each figure is the median of ``--repeats`` timings, each the mean over enough calls to last
 ~50 ms; compile time is the wall time of the first call of the compiled function. On a shared,
@@ -20,9 +15,9 @@ terminations and ~1% truncations; TorchRL gets its native layout (``[N, T, 1]``,
 funrl its own (``[T, N]``); layout conversion is not timed.
 
 Before timing, the process allocates and frees one 16 MB buffer. glibc then serves the
-few-MB output tensors of every variant from its heap instead of fresh ``mmap`` pages: on this VM
-a first touch costs ~1 µs per 4 KB page, and without the warm-up whichever variant happens to
-run first pays ~0.5 ms per 2 MB output on top of its compute. Compile seconds are measured after
+few-MB output tensors of every variant from its heap instead of fresh ``mmap`` pages, whose first
+touch is slow: without the warm-up whichever variant happens to run first pays for its outputs'
+pages on top of its compute. Compile seconds are measured after
 one throw-away compile (inductor's one-time start-up is not charged to the first variant); run
 with an empty ``TORCHINDUCTOR_CACHE_DIR`` to get cold compile times.
 
@@ -37,14 +32,11 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
 from funrl.control import compile as funrl_compile
-from funrl.control import scan
-from funrl.losses import gae, returns
-from funrl.losses.returns import DEFAULT_BLOCK, reverse_linear_recurrence, reverse_linear_recurrence_loop
+from funrl.losses import gae
 
 SHAPES = ((128, 4096), (1024, 64))
 GAMMA, LMBDA = 0.99, 0.95
@@ -106,78 +98,6 @@ def gae_inputs(length: int, envs: int, device: torch.device) -> dict[str, torch.
     return {k: v.to(device) for k, v in data.items()}
 
 
-def hillis_steele_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The recurrence as a one-level log-depth scan: ``ceil(log2 T)`` whole-tensor rounds."""
-    length, offset = a.shape[0], 1
-    while offset < length:
-        head_a, head_b = a[:-offset], b[:-offset]
-        a = torch.cat([torch.addcmul(head_a, head_b, a[offset:]), a[-offset:]])
-        b = torch.cat([head_b * b[offset:], b[-offset:]])
-        offset *= 2
-    return a
-
-
-def scan_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The recurrence as a reverse ``funrl.control.scan`` (a higher-order op under compile)."""
-
-    def step(carry: torch.Tensor, ab: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        x = ab[0] + ab[1] * carry
-        return x, x
-
-    _, xs = scan(step, torch.zeros_like(a[0]), (a, b), reverse=True)
-    return xs
-
-
-def bool_flag_gae_coefficients(gamma: float, lmbda: float, dtype: torch.dtype) -> returns.Coefficients:
-    """GAE's ``(a_t, b_t)`` = (TD error, trace multiplier) from bool flags, shared by both ablations."""
-
-    def coefficients(rewards, values, next_values, terminated, truncated):
-        deltas = rewards + gamma * (~terminated).to(dtype) * next_values - values
-        return deltas, gamma * lmbda * (~(terminated | truncated)).to(dtype)
-
-    return coefficients
-
-
-def gae_materialised(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    gamma: float,
-    lmbda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ablation: funrl's previous GAE formulation, TD errors and trace multipliers written out as
-    whole tensors (from the bool flags) and then handed to the chunked scan."""
-    coefficients = bool_flag_gae_coefficients(gamma, lmbda, rewards.dtype)
-    deltas, trace = coefficients(rewards, values, next_values, terminated, truncated)
-    advantages = reverse_linear_recurrence(deltas, trace)
-    return advantages, advantages + values
-
-
-def gae_bool_flags(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    gamma: float,
-    lmbda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ablation: ``funrl.losses.gae``'s fused chunked scan with the bool flags read by the
-    compiled kernels directly (no ``uint8`` copy)."""
-
-    def readout(advantages, rewards, values, *_):
-        return advantages + values
-
-    advantages, returns_ = returns._solve(
-        bool_flag_gae_coefficients(gamma, lmbda, rewards.dtype),
-        (rewards, values, next_values, terminated, truncated),
-        readout,
-    )
-    return advantages, returns_
-
-
 def memory_floor(data: dict[str, torch.Tensor], outputs: int) -> Callable[[], torch.Tensor]:
     """``torch.clone`` of half the bytes ``gae`` moves: it reads and writes that many, so it moves
     ``inputs + outputs`` bytes in all, at this machine's copy bandwidth."""
@@ -213,22 +133,18 @@ def _gae_rows(length: int, envs: int, device: torch.device, repeats: int) -> lis
     for fn in (torchrl_loop, torchrl_vec):  # same numbers before timing anything
         torch.testing.assert_close(fn()[0].squeeze(-1).transpose(0, 1), expected, rtol=1e-4, atol=1e-4)
 
-    rows = {}
-    for name, fn in (
-        ("funrl gae, compiled", gae),
-        (
-            "ablation: TD errors and trace written out before the scan (previous gae), compiled",
-            gae_materialised,
+    compiled = funrl_compile(gae)
+    rates = (torch.tensor(GAMMA, device=device), torch.tensor(LMBDA, device=device))
+    seconds = compile_seconds(lambda: compiled(*args[:5], *rates), device)
+    for got, want in zip(compiled(*args[:5], *rates), gae(*args), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    rows = {
+        "funrl gae, compiled": (
+            time_call(lambda: compiled(*args[:5], *rates), device, repeats),
+            f"{seconds:.1f}",
         ),
-        ("ablation: bool flags read in the kernels, compiled", gae_bool_flags),
-    ):
-        compiled = funrl_compile(fn)
-        seconds = compile_seconds(lambda compiled=compiled: compiled(*args), device)
-        for got, want in zip(compiled(*args), gae(*args), strict=True):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-        rows[name] = (time_call(lambda compiled=compiled: compiled(*args), device, repeats), f"{seconds:.1f}")
-        if fn is gae:
-            rows["funrl gae, eager"] = (time_call(lambda: gae(*args), device, repeats), "-")
+        "funrl gae, eager": (time_call(lambda: gae(*args), device, repeats), "-"),
+    }
     rows["TorchRL generalized_advantage_estimate"] = (time_call(torchrl_loop, device, repeats), "-")
     rows["TorchRL vec_generalized_advantage_estimate"] = (time_call(torchrl_vec, device, repeats), "-")
     rows["memory floor: torch.clone of the bytes gae reads + writes"] = (
@@ -244,32 +160,6 @@ def _gae_rows(length: int, envs: int, device: torch.device, repeats: int) -> lis
     ]
 
 
-def _formulation_rows(length: int, envs: int, device: torch.device, repeats: int) -> list[tuple[str, ...]]:
-    shape = f"T={length}, N={envs}"
-    d = gae_inputs(length, envs, device)
-    a = d["rewards"] - d["values"]
-    b = GAMMA * LMBDA * (~(d["terminated"] | d["truncated"])).float()
-    ref = reverse_linear_recurrence_loop(a, b)
-    variants: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-        f"recurrence: chunked scan, blocks of {DEFAULT_BLOCK} (funrl)": reverse_linear_recurrence,
-        "recurrence: one-level Hillis-Steele scan": hillis_steele_recurrence,
-        "recurrence: funrl.control.scan reverse loop": scan_recurrence,
-    }
-    rows = []
-    for name, fn in variants.items():
-        compiled = funrl_compile(fn)
-        seconds = compile_seconds(partial(compiled, a, b), device)
-        torch.testing.assert_close(compiled(a, b), ref, rtol=1e-4, atol=1e-4)
-        sec = time_call(partial(compiled, a, b), device, repeats)
-        rows.append((shape, name + ", compiled", f"{sec * 1e3:.3f}", f"{seconds:.1f}", "-"))
-        if "scan reverse loop" not in name:  # eagerly that is the Python loop below
-            sec = time_call(partial(fn, a, b), device, repeats)
-            rows.append((shape, name + ", eager", f"{sec * 1e3:.3f}", "-", "-"))
-    sec = time_call(partial(reverse_linear_recurrence_loop, a, b), device, repeats)
-    rows.append((shape, "recurrence: reverse Python loop, eager", f"{sec * 1e3:.3f}", "-", "-"))
-    return rows
-
-
 def warm_up(device: torch.device) -> None:
     """Put glibc's allocator and inductor in the state a long-running process has (module doc)."""
     torch.empty(16 << 20, dtype=torch.uint8).fill_(0)
@@ -277,13 +167,11 @@ def warm_up(device: torch.device) -> None:
     funrl_compile(lambda x: x * 2 + 1)(x)
 
 
-def bench_gae(device: torch.device, repeats: int, formulations: bool) -> list[tuple[str, ...]]:
+def bench_gae(device: torch.device, repeats: int) -> list[tuple[str, ...]]:
     warm_up(device)
     rows = []
     for length, envs in SHAPES:
         rows += _gae_rows(length, envs, device, repeats)
-        if formulations:
-            rows += _formulation_rows(length, envs, device, repeats)
     return rows
 
 
@@ -294,7 +182,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: thread CPU time")
-    parser.add_argument("--no-formulations", action="store_true", help="skip the recurrence-only rows")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.clock == "cpu" and (device.type != "cpu" or args.threads != 1):
@@ -308,7 +195,7 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, device {device}, clock {args.clock}"
     )
     if args.section == "gae":
-        rows = bench_gae(device, args.repeats, not args.no_formulations)
+        rows = bench_gae(device, args.repeats)
         print("| shape | variant | ms per call (median) | compile s | speed-up vs faster TorchRL |")
         print("|---|---|---|---|---|")
         for row in rows:

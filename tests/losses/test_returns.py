@@ -1,13 +1,10 @@
 """Value estimators: invariants (hypothesis), reference loops written from the papers, transforms, bad input.
 
-The reference functions below are deliberately the textbook per-step loops, written from the
-equations and independent of funrl's chunked-scan formulation.
+The reference functions below are written from the equations as per-step loops or explicit sums,
+independently of funrl's scan-based recurrences.
 """
 
 from __future__ import annotations
-
-import contextlib
-from unittest import mock
 
 import pytest
 import torch
@@ -24,8 +21,6 @@ from funrl.losses import (
     td_error,
     vtrace,
 )
-from funrl.losses import returns as returns_module
-from funrl.losses.returns import reverse_linear_recurrence, reverse_linear_recurrence_loop
 
 DTYPE = torch.float64
 
@@ -167,46 +162,6 @@ rates = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])
 
 
 # ------------------------------------------------------------------------------------------
-# The recurrence
-# ------------------------------------------------------------------------------------------
-
-
-@given(batches, st.sampled_from([2, 3, 4, 16]))
-def test_chunked_recurrence_equals_reverse_loop(batch, block):
-    # Small blocks exercise padding and several levels of the chunked recursion.
-    seed, length, envs = batch
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(length, envs, generator=g, dtype=DTYPE)
-    b = torch.rand(length, envs, generator=g, dtype=DTYPE) * (torch.rand(length, envs, generator=g) > 0.2)
-    expected = reverse_linear_recurrence_loop(a, b)
-    torch.testing.assert_close(reverse_linear_recurrence(a, b, block), expected)
-    torch.testing.assert_close(reverse_linear_recurrence(a[:, 0], b[:, 0], block), expected[:, 0])
-
-
-def test_recurrence_underflow_stays_finite_and_exact():
-    # gamma * lambda tiny over a long window: products underflow to 0, never to 0/0 or inf.
-    length = 1024
-    a = torch.ones(length, 3)
-    b = torch.full((length, 3), 1e-30)
-    out = reverse_linear_recurrence(a, b)
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out, torch.ones(length, 3))
-    b = torch.full((length, 3), 0.999)
-    torch.testing.assert_close(
-        reverse_linear_recurrence(a.double(), b.double()),
-        reverse_linear_recurrence_loop(a.double(), b.double()),
-    )
-    # Long float32 windows stay within float32 rounding of the float64 loop.
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(1000, 5, generator=g, dtype=DTYPE)
-    b = 0.99 * (torch.rand(1000, 5, generator=g, dtype=DTYPE) > 0.01)
-    expected = reverse_linear_recurrence_loop(a, b)
-    torch.testing.assert_close(
-        reverse_linear_recurrence(a.float(), b.float()).double(), expected, rtol=1e-4, atol=1e-4
-    )
-
-
-# ------------------------------------------------------------------------------------------
 # GAE
 # ------------------------------------------------------------------------------------------
 
@@ -263,6 +218,99 @@ def test_gae_truncation_bootstraps_from_next_values_and_cuts_the_trace():
     torch.testing.assert_close(adv[:, 0], torch.tensor([1.25, 2.5, 0.0, 0.0], dtype=DTYPE))
     adv_term, _ = gae(rewards, values, next_values, truncated, terminated, 0.5, 1.0)
     torch.testing.assert_close(adv_term[:, 0], torch.zeros(4, dtype=DTYPE))
+
+
+def estimates(d: dict, gamma: float, lmbda: float) -> dict[str, torch.Tensor]:
+    """Every estimator's output on one batch (Retrace reads ``values`` as Q(s, a))."""
+    flags = (d["terminated"], d["truncated"])
+    adv, ret = gae(d["rewards"], d["values"], d["next_values"], *flags, gamma, lmbda)
+    vs, pg = vtrace(d["rewards"], d["values"], d["next_values"], *flags, d["log_rhos"], gamma, lmbda)
+    return {
+        "gae_advantages": adv,
+        "gae_returns": ret,
+        "lambda_returns": lambda_returns(d["rewards"], d["next_values"], *flags, gamma, lmbda),
+        "discounted_returns": discounted_returns(d["rewards"], d["next_values"], *flags, gamma),
+        "n_step_returns": n_step_returns(d["rewards"], d["next_values"], *flags, gamma, 3),
+        "vtrace_vs": vs,
+        "vtrace_pg_advantages": pg,
+        "retrace": retrace(d["rewards"], d["values"], d["next_values"], *flags, d["log_rhos"], gamma, lmbda),
+    }
+
+
+def with_episode_end(d: dict, step: int, flag: str) -> dict:
+    """``d`` with the episode ending at ``step`` by ``flag`` (``"terminated"`` or ``"truncated"``)."""
+    d = {k: v.clone() for k, v in d.items()}
+    other = "truncated" if flag == "terminated" else "terminated"
+    d[flag][step], d[other][step] = True, False
+    return d
+
+
+def with_other_future(d: dict, step: int, seed: int) -> dict:
+    """``d`` with every input after ``step`` (flags too) replaced by other numbers."""
+    other = make_batch(seed, *d["rewards"].shape)
+    return {k: torch.cat([v[: step + 1], other[k][step + 1 :]]) for k, v in d.items()}
+
+
+@given(batches, rates, rates, st.sampled_from(["terminated", "truncated"]), st.data())
+def test_nothing_flows_back_across_an_episode_end(batch, gamma, lmbda, flag, data):
+    # done = terminated | truncated cuts every trace: what comes after step k cannot reach k or
+    # earlier. After a termination V(s'_k) is not read either.
+    d = make_batch(*batch)
+    step = data.draw(st.integers(0, d["rewards"].shape[0] - 1))
+    d = with_episode_end(d, step, flag)
+    changed = with_other_future(d, step, batch[0] + 1)
+    if flag == "terminated":
+        changed["next_values"][step] += 100.0
+    before, after = estimates(d, gamma, lmbda), estimates(changed, gamma, lmbda)
+    for name in before:
+        torch.testing.assert_close(after[name][: step + 1], before[name][: step + 1], msg=name)
+
+
+@given(batches, rates, rates, st.data())
+def test_a_truncated_step_bootstraps_from_next_values(batch, gamma, lmbda, data):
+    d = make_batch(*batch)
+    step = data.draw(st.integers(0, d["rewards"].shape[0] - 1))
+    d = with_episode_end(d, step, "truncated")
+    bumped = {k: v.clone() for k, v in d.items()}
+    bumped["next_values"][step] += 1.0
+    before, after = estimates(d, gamma, lmbda), estimates(bumped, gamma, lmbda)
+    # V(s'_k) enters step k's target once, discounted by γ (and nothing later flows into k).
+    for name in ("gae_advantages", "lambda_returns", "discounted_returns", "n_step_returns", "retrace"):
+        difference = after[name][step] - before[name][step]
+        torch.testing.assert_close(difference, torch.full_like(difference, gamma), msg=name)
+
+
+@given(batches, rates, rates, st.floats(-3.0, 3.0))
+def test_gae_and_lambda_returns_are_linear_in_rewards_and_values(batch, gamma, lmbda, scale):
+    d, e = make_batch(*batch), make_batch(batch[0] + 1, *batch[1:])
+    flags = (d["terminated"], d["truncated"])
+
+    def advantages(source):
+        return gae(source["rewards"], source["values"], source["next_values"], *flags, gamma, lmbda)[0]
+
+    def returns(source):
+        return lambda_returns(source["rewards"], source["next_values"], *flags, gamma, lmbda)
+
+    mixed = {k: scale * d[k] + e[k] for k in ("rewards", "values", "next_values")}
+    for estimator in (advantages, returns):
+        torch.testing.assert_close(estimator(mixed), scale * estimator(d) + estimator(e))
+
+
+@given(batches, rates, rates, st.sampled_from(["float", "scalar_tensor", "per_env", "per_step"]))
+def test_gae_gamma_as_float_or_tensor_matches_reference_loop(batch, gamma, lmbda, gamma_kind):
+    d = make_batch(*batch)
+    length, envs = d["rewards"].shape
+    gammas = {
+        "float": gamma,
+        "scalar_tensor": torch.tensor(gamma, dtype=DTYPE),
+        "per_env": torch.full((envs,), gamma, dtype=DTYPE),
+        "per_step": torch.full((length, 1), gamma, dtype=DTYPE),
+    }
+    flags = (d["terminated"], d["truncated"])
+    adv, ret = gae(d["rewards"], d["values"], d["next_values"], *flags, gammas[gamma_kind], lmbda)
+    expected = ref_gae(d["rewards"], d["values"], d["next_values"], *flags, gamma, lmbda)
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, expected + d["values"])
 
 
 # ------------------------------------------------------------------------------------------
@@ -444,93 +492,15 @@ def test_gradients_flow_and_are_finite():
 
 @pytest.mark.slow
 def test_compiled_gae_equals_eager():
-    # 43 = 5 blocks of 8 + a 3-step head: every pass of the fused chunked scan, with uint8 flags.
-    d = make_batch(13, 43, 8)
+    # Compiled, the recurrence runs as torch's scan loop op; eagerly as a Python loop.
+    d = make_batch(13, 9, 4)
     d32 = {k: (v.float() if v.dtype == DTYPE else v) for k, v in d.items()}
     args = (d32["rewards"], d32["values"], d32["next_values"], d32["terminated"], d32["truncated"])
-    compiled = funrl_compile(gae)
-    with mock.patch.object(returns_module, "UINT8_FLAGS_MIN_NUMEL", 0):  # read when traced
-        got = compiled(*args, 0.99, 0.95)
-    expected = gae(*args, 0.99, 0.95)
+    gamma, lmbda = torch.tensor(0.99), torch.tensor(0.95)
+    got = funrl_compile(gae, dynamic=False)(*args, gamma, lmbda)
+    expected = gae(*args, gamma, lmbda)
     for x, y in zip(got, expected, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
-
-
-@contextlib.contextmanager
-def traced_path():
-    """Run the estimators eagerly down the path ``torch.compile`` traces (fused coefficients,
-    ``uint8`` flags however small the input), so hypothesis can check it without compiling a
-    graph per example."""
-    with (
-        mock.patch.object(torch.compiler, "is_compiling", lambda: True),
-        mock.patch.object(returns_module, "UINT8_FLAGS_MIN_NUMEL", 0),
-    ):
-        yield
-
-
-def test_kernel_flags_are_uint8_only_when_compiling_large_cpu_inputs():
-    small = torch.zeros(4, 4, dtype=torch.bool)
-    large = torch.zeros(returns_module.UINT8_FLAGS_MIN_NUMEL, dtype=torch.bool)
-    assert returns_module._kernel_flags(large).dtype == torch.bool  # eager
-    with mock.patch.object(torch.compiler, "is_compiling", lambda: True):
-        assert returns_module._kernel_flags(large).dtype == torch.uint8
-        assert returns_module._kernel_flags(small).dtype == torch.bool
-
-
-@given(st.tuples(st.integers(0, 2**16), st.integers(1, 40), st.integers(1, 3)), st.sampled_from([2, 3, 8]))
-def test_fused_solve_with_readout_equals_reverse_loop(batch, block):
-    # Heads (T % block), one or more recursion levels, per-step hyper-parameters, a readout.
-    seed, length, envs = batch
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(length, envs, generator=g, dtype=DTYPE)
-    flags = (torch.rand(length, envs, generator=g) < 0.2).to(torch.uint8)
-    rate = torch.rand(length, 1, generator=g, dtype=DTYPE)
-    other = torch.randn(length, envs, generator=g, dtype=DTYPE)
-
-    def coefficients(a, flags, rate, other, scale):
-        return scale * a, rate * (1.0 - flags.to(a.dtype))
-
-    expected = reverse_linear_recurrence_loop(2.0 * a, rate * (1 - flags.to(DTYPE)))
-    inputs = (a, flags, rate.expand_as(a), other, 2.0)
-    x, y = returns_module._solve_backwards(coefficients, inputs, block, lambda x, *step: x * step[3])
-    torch.testing.assert_close(x, expected)
-    torch.testing.assert_close(y, expected * other)
-
-
-@given(batches, rates, rates, st.sampled_from(["float", "scalar_tensor", "per_env", "per_step"]))
-def test_gae_traced_path_matches_reference_loop(batch, gamma, lmbda, gamma_kind):
-    d = make_batch(*batch)
-    length, envs = d["rewards"].shape
-    gammas = {
-        "float": gamma,
-        "scalar_tensor": torch.tensor(gamma, dtype=DTYPE),
-        "per_env": torch.full((envs,), gamma, dtype=DTYPE),
-        "per_step": torch.full((length, 1), gamma, dtype=DTYPE),
-    }
-    with traced_path():
-        adv, ret = gae(
-            d["rewards"],
-            d["values"],
-            d["next_values"],
-            d["terminated"],
-            d["truncated"],
-            gammas[gamma_kind],
-            lmbda,
-        )
-    expected = ref_gae(
-        d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], gamma, lmbda
-    )
-    torch.testing.assert_close(adv, expected)
-    torch.testing.assert_close(ret, expected + d["values"])
-
-
-def test_flags_as_uint8_op_is_a_registered_copy_that_vmaps():
-    flags = torch.rand(3, 5, 4, generator=torch.Generator().manual_seed(0)) < 0.5
-    out = returns_module._flags_as_uint8(flags)
-    assert out.dtype == torch.uint8 and torch.equal(out.bool(), flags)
-    assert out.data_ptr() != flags.data_ptr()
-    torch.testing.assert_close(torch.func.vmap(returns_module._flags_as_uint8)(flags), out)
-    torch.library.opcheck(returns_module._flags_as_uint8, (flags,))
 
 
 # ------------------------------------------------------------------------------------------
@@ -573,8 +543,6 @@ def test_gae_bad_input_raises_value_error_naming_the_argument(overrides, match):
 
 def test_estimators_bad_input():
     d = make_batch(0, 5, 2)
-    with pytest.raises(ValueError, match="block: expected an int >= 2"):
-        reverse_linear_recurrence(d["rewards"], d["values"], 1)
     with pytest.raises(ValueError, match="n: expected an int >= 1"):
         n_step_returns(d["rewards"], d["next_values"], d["terminated"], d["truncated"], 0.9, 0)
     with pytest.raises(ValueError, match="rewards: expected at least 1 dimension"):
