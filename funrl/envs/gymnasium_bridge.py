@@ -31,11 +31,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from funrl import random
-from funrl import tree as ftree
+from funrl import control, random
 from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space, _where_tree
 from funrl.envs.registry import make
-from funrl.envs.wrappers import under_torch_compile
 
 __all__ = [
     "FunrlVectorEnv",
@@ -352,15 +350,11 @@ class HostEnvironment(Environment):
     def action_space(self, params: Any = None) -> Space:
         return self._action_space
 
-    def _refuse_traced(self, *tensors: Any) -> None:
-        if under_torch_compile():
+    def _refuse_traced(self) -> None:
+        if control.is_traced():
             raise RuntimeError(
-                "from_gymnasium: a host gymnasium env cannot be traced by torch.compile; call it eagerly"
-            )
-        if any(isinstance(t, torch.Tensor) and torch._C._functorch.is_batchedtensor(t) for t in tensors):
-            raise RuntimeError(
-                "from_gymnasium: a host gymnasium env cannot run under vmap; it is already batched "
-                f"({self.num_envs} envs): call it directly"
+                "from_gymnasium: a host gymnasium env cannot run under torch.compile or a torch.func "
+                f"transform (vmap, grad); it is already batched ({self.num_envs} envs): call it eagerly"
             )
 
     def _check_handle(self, state: Any) -> None:
@@ -383,7 +377,7 @@ class HostEnvironment(Environment):
         return self._tensor(obs, self._observation_space.dtype)
 
     def reset_env(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, HostState]:
-        self._refuse_traced(key)
+        self._refuse_traced()
         seed = int(random.bits(key, ()))
         obs, _ = self.vector_env.reset(seed=seed)
         return self._obs(obs), self._handle()
@@ -417,7 +411,7 @@ class HostEnvironment(Environment):
         )
 
     def step(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None):
-        self._refuse_traced(key, action, *ftree.leaves(state))
+        self._refuse_traced()
         return self._step(state, action)
 
     def step_env(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any):

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from funrl import tree as ftree
+from funrl import control
 from funrl.envs.core import Box, Discrete, Environment, Space
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "FrameStack",
     "FrameStackState",
     "Validate",
-    "under_torch_compile",
 ]
 
 StepOut = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
@@ -526,27 +525,6 @@ class FrameStack(Wrapper):
 # --------------------------------------------------------------------------------------------
 
 
-def under_torch_compile() -> bool:
-    """True while dynamo traces the caller, and also while it runs the caller eagerly after a graph
-    break inside a compiled function (its frame callback is still installed then), so a refusal
-    raised here reaches the user instead of being absorbed by a graph break."""
-    if torch.compiler.is_compiling():
-        return True
-    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-    callback = eval_frame.get_eval_frame_callback() if eval_frame is not None else None
-    return callback not in (None, False)
-
-
-def _is_traced(*trees: Any) -> bool:
-    if under_torch_compile():
-        return True
-    return any(
-        isinstance(x, torch.Tensor) and torch._C._functorch.is_batchedtensor(x)
-        for t in trees
-        for x in ftree.leaves(t)
-    )
-
-
 def _check_in_space(x: Any, space: Space, name: str) -> tuple[int, ...]:
     """Raise a ValueError/TypeError unless ``x`` is a tensor of ``space`` (leading batch dims allowed)."""
     if not isinstance(x, torch.Tensor):
@@ -575,27 +553,28 @@ class Validate(Wrapper):
     (and ``info["final_obs"]``) must lie in the observation space; rewards must be finite floats
     and ``terminated`` / ``truncated`` bool tensors of the batch shape. Violations raise a
     ValueError/TypeError naming the argument. The checks read values on the host, so this
-    wrapper refuses to run under ``torch.compile`` or ``vmap``: apply it to a batched view
+    wrapper refuses to run under ``torch.compile`` or a ``torch.func`` transform: apply it to a batched view
     (leading batch dimensions are accepted) and drop it for compiled runs.
     """
 
-    def _refuse_traced(self, *trees: Any) -> None:
-        if _is_traced(*trees):
+    def _refuse_traced(self) -> None:
+        if control.is_traced():
             raise RuntimeError(
                 "Validate: the checks read values on the host and cannot run under torch.compile or "
-                "vmap; validate eagerly (a batched view is accepted) and remove Validate for traced runs"
+                "a torch.func transform (vmap, grad); validate eagerly (a batched view is accepted) "
+                "and remove Validate for traced runs"
             )
 
     def _check_obs(self, obs: torch.Tensor, params: Any, name: str) -> tuple[int, ...]:
         return _check_in_space(obs, self.env.observation_space(params), name)
 
     def _on_reset(self, obs, env_state, params):  # type: ignore[override]
-        self._refuse_traced(obs)
+        self._refuse_traced()
         self._check_obs(obs, params, "obs")
         return obs, env_state
 
     def _on_step(self, inner_step, key, state, action, params, auto_reset):  # type: ignore[override]
-        self._refuse_traced(key, state, action)
+        self._refuse_traced()
         _check_in_space(action, self.env.action_space(params), "action")
         obs, state, reward, terminated, truncated, info = inner_step(key, state, action, params)
         batch = self._check_obs(obs, params, "obs")

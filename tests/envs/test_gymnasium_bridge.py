@@ -304,13 +304,13 @@ def test_from_gymnasium_factory_and_stale_state() -> None:
 def test_from_gymnasium_refuses_vmap_and_compile() -> None:
     env, params = E.from_gymnasium("CartPole-v1", 2)
     _, state = env.reset(random.key(0), params)
-    with pytest.raises(RuntimeError, match="cannot run under vmap"):
+    with pytest.raises(RuntimeError, match="cannot run under torch.compile or a torch.func transform"):
         torch.func.vmap(lambda k: env.reset(k, params))(random.split(random.key(0), 2))
 
     def step(key, state, action):
         return env.step(key, state, action, params)
 
-    with pytest.raises(RuntimeError, match="cannot be traced by torch.compile"):
+    with pytest.raises(RuntimeError, match="cannot run under torch.compile or a torch.func transform"):
         torch.compile(step, backend="eager")(random.key(1), state, torch.tensor([0, 1]))
     # The refusal happened before touching the host env: the handle is still current.
     env.step(random.key(1), state, torch.tensor([0, 1]), params)
@@ -319,7 +319,7 @@ def test_from_gymnasium_refuses_vmap_and_compile() -> None:
 def test_validate_refuses_compile_too() -> None:
     env = W.Validate(E.make("Catch-bsuite")[0])
     _, state = env.reset(random.key(0))
-    with pytest.raises(RuntimeError, match="cannot run under torch.compile or vmap"):
+    with pytest.raises(RuntimeError, match="cannot run under torch.compile or a torch.func transform"):
         torch.compile(lambda s: env.step(random.key(1), s, torch.tensor(1)), backend="eager")(state)
 
 

@@ -515,7 +515,7 @@ def test_validate_accepts_a_batched_view_and_refuses_vmap() -> None:
     env.step(random.key(1), state, torch.zeros(3, 2))
     single = W.Validate(RandomWalk())
     keys = random.split(random.key(0), 3)
-    with pytest.raises(RuntimeError, match="cannot run under torch.compile or vmap"):
+    with pytest.raises(RuntimeError, match="cannot run under torch.compile or a torch.func transform"):
         states = torch.func.vmap(RandomWalk().reset)(keys)[1]
         torch.func.vmap(single.step)(keys, states, torch.zeros(3, 2))
 
