@@ -37,6 +37,8 @@ __all__ = [
     "check_nonnegative",
     "check_positive",
     "check_scalar_or_broadcastable",
+    "check_weight",
+    "check_ensemble",
     "check_choice",
 ]
 
@@ -145,6 +147,22 @@ def check_scalar_or_broadcastable(name: str, value: Scalar, target_name: str, ta
         raise ValueError(
             f"{name}: expected a Python number or a tensor broadcastable to {tuple(target.shape)} "
             f"(the shape of {target_name}), got shape {tuple(value.shape)}"
+        )
+
+
+def check_weight(name: str, value: Scalar, like_name: str, like: torch.Tensor) -> None:
+    """A loss weight or temperature: a Python number >= 0, or a float tensor broadcastable to ``like``."""
+    check_nonnegative(name, value)
+    check_scalar_or_broadcastable(name, value, like_name, like)
+
+
+def check_ensemble(name: str, q_values: object, batch_name: str, batch: torch.Tensor) -> None:
+    """``q_values`` must be a float ``[E, *batch.shape]`` ensemble (E critics over ``batch``'s shape)."""
+    check_floating(name, q_values)
+    if q_values.dim() != batch.dim() + 1 or q_values.shape[1:] != batch.shape:
+        raise ValueError(
+            f"{name}: expected shape [E, {', '.join(map(str, batch.shape))}] (an ensemble over the "
+            f"shape of {batch_name}), got {tuple(q_values.shape)}"
         )
 
 

@@ -1,10 +1,10 @@
 """Offline RL losses: behaviour cloning, CQL (continuous and discrete), IQL, TD3+BC.
 
-Same conventions as :mod:`funrl.losses.continuous`: tensor-level functions with documented
-shapes returning ``(loss, metrics)``, critic ensembles as ``[E, B]`` (stacked params evaluated
-with one ``vmap``), and parameter-level objectives whose first argument is the params being
-trained. Batches are mappings with ``obs``, ``action``, ``reward``, ``next_obs`` and bool
-``terminated``.
+Same conventions as the actor-critic losses (:mod:`funrl.losses.bellman`): tensor-level
+functions with documented shapes returning ``(loss, metrics)``, critic ensembles as ``[E, B]``
+(stacked params evaluated with one ``vmap``), and parameter-level objectives whose first argument
+is the params being trained (:mod:`funrl.losses._objectives`). Batches are mappings with ``obs``,
+``action``, ``reward``, ``next_obs`` and bool ``terminated``.
 
 References: CQL (Kumar et al. 2020, CQL(H) with importance-sampled log-sum-exp, as the authors'
 code), IQL (Kostrikov et al. 2022), TD3+BC (Fujimoto & Gu 2021).
@@ -20,6 +20,7 @@ import torch
 from funrl import nets, random, tree
 from funrl.losses._checks import (
     check_choice,
+    check_ensemble,
     check_floating,
     check_integer,
     check_min_dim,
@@ -28,14 +29,9 @@ from funrl.losses._checks import (
     check_same_shape,
     check_shape,
 )
-from funrl.losses.continuous import (
+from funrl.losses._objectives import Params, frozen, sample_policy, unpack_transitions
+from funrl.losses.bellman import (
     DISTANCES,
-    Params,
-    Scalar,
-    _check_ensemble,
-    _detach,
-    _sample_policy,
-    _unpack,
     bellman_target,
     ensemble_critic_loss,
     ensemble_q,
@@ -60,6 +56,8 @@ __all__ = [
     "iql_actor_objective",
     "td3_bc_actor_objective",
 ]
+
+Scalar = float | torch.Tensor
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +94,7 @@ def cql_regularizer(
     q_next_policy: torch.Tensor,
     log_prob_next_policy: torch.Tensor,
     action_dim: int,
-    temperature: float = 1.0,
+    temperature: Scalar = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CQL(H) conservative penalty, importance-sampled, per critic: ``T logsumexp(Q/T) - Q(s, a_data)``.
 
@@ -194,18 +192,21 @@ def discrete_cql_regularizer(
 # IQL.
 
 
-def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
-    """Asymmetric squared loss ``|tau - 1(u < 0)| u^2`` elementwise (Kostrikov et al. 2022, eq. 5)."""
+def expectile_loss(diff: torch.Tensor, expectile: Scalar) -> torch.Tensor:
+    """Asymmetric squared loss ``|tau - 1(u < 0)| u^2`` elementwise (Kostrikov et al. 2022, eq. 5).
+
+    ``expectile`` is tau in [0, 1): a Python float (range-checked) or a float tensor.
+    """
     check_floating("diff", diff)
     check_nonnegative("expectile", expectile)
-    if not expectile < 1.0:
+    if not isinstance(expectile, torch.Tensor) and not expectile < 1.0:
         raise ValueError(f"expectile: expected a value in [0, 1), got {expectile!r}")
-    weight = torch.where(diff > 0, diff.new_tensor(expectile), diff.new_tensor(1.0 - expectile))
+    weight = (expectile - (diff < 0).to(diff.dtype)).abs()
     return weight * diff.square()
 
 
 def iql_value_loss(
-    q_values: torch.Tensor, value: torch.Tensor, expectile: float = 0.7
+    q_values: torch.Tensor, value: torch.Tensor, expectile: Scalar = 0.7
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IQL value loss ``mean_b L2_tau(min_e Q'_e(s_b, a_b) - V(s_b))`` with dataset actions.
 
@@ -216,7 +217,7 @@ def iql_value_loss(
         is 0.5.
     """
     check_floating("value", value)
-    _check_ensemble("q_values", q_values, "value", value)
+    check_ensemble("q_values", q_values, "value", value)
     diff = q_values.detach().min(dim=0).values - value
     return expectile_loss(diff, expectile).mean(), {"value_mean": value.detach().mean()}
 
@@ -238,8 +239,8 @@ def iql_actor_loss(
     log_prob: torch.Tensor,
     q_values: torch.Tensor,
     value: torch.Tensor,
-    temperature: float = 3.0,
-    max_weight: float = 100.0,
+    temperature: Scalar = 3.0,
+    max_weight: Scalar = 100.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Advantage-weighted regression ``-mean_b min(exp(beta (min_e Q'_e - V)), w_max) log pi(a_b|s_b)``.
 
@@ -252,7 +253,7 @@ def iql_actor_loss(
     check_floating("log_prob", log_prob)
     check_floating("value", value)
     check_same_shape("log_prob", log_prob, value=value)
-    _check_ensemble("q_values", q_values, "log_prob", log_prob)
+    check_ensemble("q_values", q_values, "log_prob", log_prob)
     check_nonnegative("temperature", temperature)
     check_positive("max_weight", max_weight)
     advantage = (q_values.min(dim=0).values - value).detach()
@@ -266,7 +267,7 @@ def iql_actor_loss(
 
 
 def td3_bc_actor_loss(
-    q_value: torch.Tensor, predicted_action: torch.Tensor, action: torch.Tensor, alpha: float = 2.5
+    q_value: torch.Tensor, predicted_action: torch.Tensor, action: torch.Tensor, alpha: Scalar = 2.5
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TD3+BC actor loss ``-lambda mean_b Q_1(s, pi(s)) + mean (pi(s) - a)^2``, ``lambda = alpha / mean|Q|``.
 
@@ -286,7 +287,7 @@ def td3_bc_actor_loss(
 
 
 # ============================================================================================
-# Parameter-level objectives (see funrl.losses.continuous for the conventions).
+# Parameter-level objectives (conventions in funrl.losses._objectives).
 
 
 def bc_objective(
@@ -294,7 +295,7 @@ def bc_objective(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """BC from params: ``bc_mse_loss`` for a deterministic actor (returns actions), else
     ``bc_log_likelihood_loss`` under the tanh-Gaussian of an actor returning ``(loc, scale)``."""
-    obs, action = _unpack(batch)[:2]
+    obs, action = unpack_transitions(batch)[:2]
     if deterministic:
         return bc_mse_loss(nets.apply(actor, actor_params, obs), action)
     loc, scale = nets.apply(actor, actor_params, obs)
@@ -317,9 +318,9 @@ def cql_critic_objective(
     actor: torch.nn.Module,
     critic: torch.nn.Module,
     gamma: Scalar,
-    cql_weight: float = 1.0,
+    cql_weight: Scalar = 1.0,
     num_samples: int = 10,
-    temperature: float = 1.0,
+    temperature: Scalar = 1.0,
     backup_entropy: bool = False,
     distance: str = "l2",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -334,13 +335,13 @@ def cql_critic_objective(
     check_nonnegative("cql_weight", cql_weight)
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples: expected a positive int, got {num_samples!r}")
-    obs, action, reward, next_obs, terminated = _unpack(batch)
+    obs, action, reward, next_obs, terminated = unpack_transitions(batch)
     batch_size, action_dim = action.shape[0], action.shape[-1]
     backup_key, random_key, policy_key, next_policy_key = random.split(key, 4)
-    frozen_actor = _detach(actor_params)
+    frozen_actor = frozen(actor_params)
 
-    next_action, next_log_prob = _sample_policy(actor, frozen_actor, next_obs, backup_key)
-    next_q = ensemble_q(critic, _detach(target_critic_params), next_obs, next_action)
+    next_action, next_log_prob = sample_policy(actor, frozen_actor, next_obs, backup_key)
+    next_q = ensemble_q(critic, frozen(target_critic_params), next_obs, next_action)
     next_value = soft_state_value(next_q, next_log_prob, alpha if backup_entropy else 0.0)
     q_data = ensemble_q(critic, critic_params, obs, action)
     critic_loss, metrics = ensemble_critic_loss(
@@ -350,8 +351,8 @@ def cql_critic_objective(
     # Proposals, all evaluated at s (the s'-policy actions too, as in CQL's code): [B * N, A].
     obs_rep = _repeat(obs, num_samples)
     random_action = random.uniform(random_key, (batch_size * num_samples, action_dim), obs.dtype, -1.0, 1.0)
-    policy_action, policy_log_prob = _sample_policy(actor, frozen_actor, obs_rep, policy_key)
-    next_policy_action, next_policy_log_prob = _sample_policy(
+    policy_action, policy_log_prob = sample_policy(actor, frozen_actor, obs_rep, policy_key)
+    next_policy_action, next_policy_log_prob = sample_policy(
         actor, frozen_actor, _repeat(next_obs, num_samples), next_policy_key
     )
     proposals = torch.cat([random_action, policy_action.detach(), next_policy_action.detach()])
@@ -391,11 +392,11 @@ def iql_value_objective(
     *,
     value_net: torch.nn.Module,
     critic: torch.nn.Module,
-    expectile: float = 0.7,
+    expectile: Scalar = 0.7,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IQL value loss from params (``value_net(obs) -> [B]`` or ``[B, 1]``)."""
-    obs, action = _unpack(batch)[:2]
-    q = ensemble_q(critic, _detach(target_critic_params), obs, action)
+    obs, action = unpack_transitions(batch)[:2]
+    q = ensemble_q(critic, frozen(target_critic_params), obs, action)
     return iql_value_loss(q, _state_value(value_net, value_params, obs), expectile)
 
 
@@ -410,8 +411,8 @@ def iql_critic_objective(
     distance: str = "l2",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IQL critic loss from params: target ``r + gamma (1 - d) V(s')``."""
-    obs, action, reward, next_obs, terminated = _unpack(batch)
-    next_value = _state_value(value_net, _detach(value_params), next_obs)
+    obs, action, reward, next_obs, terminated = unpack_transitions(batch)
+    next_value = _state_value(value_net, frozen(value_params), next_obs)
     q = ensemble_q(critic, critic_params, obs, action)
     return iql_critic_loss(q, reward, terminated, next_value, gamma, distance)
 
@@ -425,16 +426,16 @@ def iql_actor_objective(
     actor: torch.nn.Module,
     value_net: torch.nn.Module,
     critic: torch.nn.Module,
-    temperature: float = 3.0,
-    max_weight: float = 100.0,
+    temperature: Scalar = 3.0,
+    max_weight: Scalar = 100.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IQL actor loss from params: dataset-action log-likelihood under the tanh-Gaussian policy,
     weighted by ``exp(beta * advantage)``."""
-    obs, action = _unpack(batch)[:2]
+    obs, action = unpack_transitions(batch)[:2]
     loc, scale = nets.apply(actor, actor_params, obs)
     log_prob = nets.distributions.tanh_normal.log_prob(loc, scale, action)
-    q = ensemble_q(critic, _detach(target_critic_params), obs, action)
-    value = _state_value(value_net, _detach(value_params), obs)
+    q = ensemble_q(critic, frozen(target_critic_params), obs, action)
+    value = _state_value(value_net, frozen(value_params), obs)
     return iql_actor_loss(log_prob, q, value, temperature, max_weight)
 
 
@@ -445,11 +446,11 @@ def td3_bc_actor_objective(
     *,
     actor: torch.nn.Module,
     critic: torch.nn.Module,
-    alpha: float = 2.5,
+    alpha: Scalar = 2.5,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TD3+BC actor loss from params (first critic of the stacked ensemble, detached). The critic
-    loss is TD3's (``funrl.losses.continuous.td3_critic_objective``)."""
-    obs, action = _unpack(batch)[:2]
+    loss is TD3's (``funrl.losses.td3_critic_objective``)."""
+    obs, action = unpack_transitions(batch)[:2]
     predicted = nets.apply(actor, actor_params, obs)
-    first_critic = tree.index(_detach(critic_params), 0)
+    first_critic = tree.index(frozen(critic_params), 0)
     return td3_bc_actor_loss(nets.apply(critic, first_critic, obs, predicted), predicted, action, alpha)

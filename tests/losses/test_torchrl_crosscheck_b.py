@@ -42,8 +42,8 @@ from torchrl.modules import Actor, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import CQLLoss, DDPGLoss, DiscreteSACLoss, IQLLoss, SACLoss, TD3BCLoss, TD3Loss
 from torchrl.objectives.utils import ValueEstimators
 
+from funrl import losses as C
 from funrl import nets, random, tree
-from funrl.losses import continuous as C
 from funrl.losses import offline as O
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
