@@ -85,7 +85,7 @@ def path_str(path: tuple[Any, ...]) -> str:
 
 def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> None:
     """Raise :class:`StaleStateError` when ``count`` lags the shared storage counter (eager only:
-    traced code cannot read values on the host)."""
+    traced code cannot read values on the host); ``count`` may be stacked (``[S]``)."""
     if is_traced():
         return
     # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1].
@@ -95,6 +95,16 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
             f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from "
             "then on (use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
         )
+
+
+def check_one_buffer(state: Any, fn: str) -> None:
+    """``state`` must be one buffer's: stacked states (one buffer per seed) go through vmap."""
+    if state.count.dim() != 0:
+        raise ValueError(
+            f"{fn}: expected the state of one buffer (count of shape []), got count of shape "
+            f"{list(state.count.shape)}; map over stacked states with torch.func.vmap"
+        )
+    check_fresh(state.count, state.storage_count, fn)
 
 
 def advance_count(state: Any, added: int) -> torch.Tensor:
@@ -108,10 +118,10 @@ def check_sample_count(state: Any, min_length: int, batch_size: int, unit: str =
     """What every ``sample`` checks first: ``batch_size``, a fresh state and, eagerly, at least
     ``min_length`` stored (traced code samples anyway; check ``can_sample`` first)."""
     check_positive_int(batch_size, "batch_size")
-    check_fresh(state.count, state.storage_count, "sample")
+    check_one_buffer(state, "sample")
     if is_traced():
         return
-    count = int(state.count)  # one buffer; int() names the problem for stacked states
+    count = int(state.count)
     if count < min_length:
         raise ValueError(
             f"sample: the buffer holds {count} {unit}, fewer than min_length={min_length}; "

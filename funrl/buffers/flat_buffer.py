@@ -18,7 +18,7 @@ from funrl.buffers._core import (
     Sample,
     advance_count,
     check_batch,
-    check_fresh,
+    check_one_buffer,
     check_positive_int,
     check_sample_count,
     flatten_with_path,
@@ -61,8 +61,8 @@ def _init(config: FlatConfig, example_item: Any) -> FlatState:
 def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Check ``batch`` (leaves ``[B, ...]``) and write it at the head, in place; returns
     ``(new_count, rows)``: the last ``min(B, capacity)`` items of the batch land in ``rows``."""
+    check_one_buffer(state, "add")
     (batch_size,), leaves, stored = check_batch(batch, state.experience, storage_ndim=1, batch_ndim=1)
-    check_fresh(state.count, state.storage_count, "add")
     # Only the last `capacity` items survive; writing the others too would repeat rows in one write.
     skipped = max(0, batch_size - capacity)
     if skipped:

@@ -27,7 +27,7 @@ from funrl import random as frandom
 from funrl.buffers import sum_tree
 from funrl.buffers._core import (
     Sample,
-    check_fresh,
+    check_one_buffer,
     check_positive_int,
     check_sample_count,
     init_storage,
@@ -201,7 +201,7 @@ def prioritised(
         state: PrioritisedState, indices: torch.Tensor, priorities: torch.Tensor
     ) -> PrioritisedState:
         _check_priorities(indices, priorities, capacity)
-        check_fresh(state.count, state.storage_count, "update_priorities")
+        check_one_buffer(state, "update_priorities")
         valid = indices < torch.clamp(state.count, max=capacity)
         return _set_priorities(state, indices, priorities, valid, config.alpha)
 
@@ -293,7 +293,7 @@ def prioritised_trajectory(
         state: PrioritisedState, indices: torch.Tensor, priorities: torch.Tensor
     ) -> PrioritisedState:
         _check_priorities(indices, priorities, num_leaves)
-        check_fresh(state.count, state.storage_count, "update_priorities")
+        check_one_buffer(state, "update_priorities")
         starts = torch.remainder(indices, max_length)
         # The step number of the data now at slot `starts`: the latest one congruent to it.
         logical = state.count - 1 - torch.remainder(state.count - 1 - starts, max_length)

@@ -22,7 +22,7 @@ from funrl.buffers._core import (
     Sample,
     advance_count,
     check_batch,
-    check_fresh,
+    check_one_buffer,
     check_positive_int,
     check_sample_count,
     init_storage,
@@ -80,6 +80,7 @@ def init_trajectory(config: TrajectoryConfig, example_item: Any) -> TrajectorySt
 def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int) -> tuple[torch.Tensor, int]:
     """Check and write ``batch`` ``[num_envs, T, ...]`` at the head, in place; returns
     ``(new_count, T)``."""
+    check_one_buffer(state, "add")
     (num_envs, steps), leaves, stored = check_batch(batch, state.experience, storage_ndim=2, batch_ndim=2)
     if num_envs != config.num_envs:
         raise ValueError(f"batch: expected leading dim num_envs={config.num_envs}, got {num_envs}")
@@ -88,7 +89,6 @@ def write_steps(config: TrajectoryConfig, state: Any, batch: Any, max_steps: int
             f"batch: expected at most {max_steps} time steps per add (max_length="
             f"{config.max_length}, sequence_length={config.sequence_length}), got {steps}"
         )
-    check_fresh(state.count, state.storage_count, "add")
     device = state.count.device
     times = torch.remainder(state.count + torch.arange(steps, device=device), config.max_length)
     envs = torch.arange(num_envs, device=device)

@@ -138,6 +138,17 @@ def test_stale_state_raises_on_add_and_sample():
     assert int(newer.count) == 4
 
 
+def test_stacked_states_outside_vmap_are_a_clear_error():
+    buf = fb.flat(8)
+    stacked = tree.stack([fill(buf, [2])[0], fill(buf, [3])[0]])
+    for call in (lambda: buf.add(stacked, make_batch(0, 1)), lambda: buf.sample(stacked, frandom.key(0), 2)):
+        with pytest.raises(
+            ValueError,
+            match=r"expected the state of one buffer .* shape \[2\]; map over stacked states with torch.func.vmap",
+        ):
+            call()
+
+
 def test_copy_state_keeps_an_independent_snapshot():
     buf = fb.flat(4)
     state, _ = fill(buf, [3])
