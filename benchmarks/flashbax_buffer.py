@@ -150,45 +150,17 @@ def bench(kind: str, capacity: int, iters: int, repeats: int) -> dict:
     }
 
 
-def serve(kinds: list[str], capacity: int, iters: int) -> None:
-    """Time each kind once (``iters`` calls, after a warm-up) per line on stdin, so that the parent
-    can interleave these timings with its own, repeat by repeat."""
-    import sys
-
-    prepared = {kind: prepare(kind, capacity) for kind in kinds}
-    print(
-        json.dumps({k: {"storage_shape": p[4], "compile_s": p[3]} for k, p in prepared.items()}), flush=True
-    )
-    for _ in sys.stdin:
-        out = {}
-        for kind, (do_add, do_sample, per_call, _, _) in prepared.items():
-            t_add = time_call(do_add, iters, 1)
-            t_sample = time_call(do_sample, iters, 1)
-            out[kind] = [t / per_call for t in (*t_add, *t_sample)]
-        print(json.dumps(out), flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--capacities", nargs="+", type=int, default=[10_000, 1_000_000, 10_000_000])
     parser.add_argument("--kinds", nargs="+", default=["flat", "item", "flat, 8 per call"])
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--serve",
-        action="store_true",
-        help="for buffers.py's head-to-head table: prepare every kind at the first capacity, print "
-        "a JSON line, then time each kind once per line read from stdin (one JSON line each) until EOF",
-    )
     args = parser.parse_args()
 
     from importlib.metadata import version
 
     import jax
-
-    if args.serve:
-        serve(args.kinds, args.capacities[0], args.iters)
-        return
 
     rows = []
     for capacity in args.capacities:
