@@ -36,6 +36,8 @@ __all__ = [
     "reinforce_loss",
 ]
 
+Scalar = float | torch.Tensor
+
 Metrics = dict[str, torch.Tensor]
 
 
@@ -48,7 +50,7 @@ def _check_floats(**tensors: torch.Tensor) -> None:
     check_same_shape(ref_name, ref, **tensors)
 
 
-def normalize_advantages(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def normalize_advantages(advantages: torch.Tensor, eps: Scalar = 1e-8) -> torch.Tensor:
     """``(A - mean(A)) / (std(A) + eps)`` over all elements (unbiased std, as CleanRL)."""
     check_floating("advantages", advantages)
     return (advantages - advantages.mean()) / (advantages.std() + eps)
@@ -58,7 +60,7 @@ def ppo_clip_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
-    clip_eps: float,
+    clip_eps: Scalar,
     normalize: bool = False,
 ) -> tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
@@ -100,7 +102,7 @@ def ppo_value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,
     returns: torch.Tensor,
-    clip_eps: float | None = None,
+    clip_eps: Scalar | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """PPO critic loss, ``0.5 * mean((V - G)^2)``, optionally clipped (as in OpenAI baselines).
 
@@ -140,10 +142,10 @@ def ppo_loss(
     old_values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor,
-    clip_eps: float = 0.2,
-    vf_coef: float = 0.5,
-    ent_coef: float = 0.01,
-    value_clip_eps: float | None = None,
+    clip_eps: Scalar = 0.2,
+    vf_coef: Scalar = 0.5,
+    ent_coef: Scalar = 0.01,
+    value_clip_eps: Scalar | None = None,
     normalize: bool = True,
 ) -> tuple[torch.Tensor, Metrics]:
     """PPO total loss: ``policy + vf_coef * value - ent_coef * mean(entropy)`` (CleanRL's form).
@@ -177,8 +179,8 @@ def a2c_loss(
     values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor,
-    vf_coef: float = 0.5,
-    ent_coef: float = 0.01,
+    vf_coef: Scalar = 0.5,
+    ent_coef: Scalar = 0.01,
 ) -> tuple[torch.Tensor, Metrics]:
     """Advantage actor-critic loss (Mnih et al. 2016, A3C's synchronous form).
 

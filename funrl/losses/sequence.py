@@ -33,6 +33,8 @@ __all__ = [
     "AGGREGATIONS",
 ]
 
+Scalar = float | torch.Tensor
+
 AGGREGATIONS = ("sequence_mean", "token_mean")
 
 
@@ -58,8 +60,8 @@ def dpo_loss(
     reference_rejected: torch.Tensor,
     chosen_mask: torch.Tensor,
     rejected_mask: torch.Tensor,
-    beta: float = 0.1,
-    label_smoothing: float = 0.0,
+    beta: Scalar = 0.1,
+    label_smoothing: Scalar = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Direct Preference Optimisation loss on per-token log-probs.
 
@@ -90,7 +92,7 @@ def dpo_loss(
         )
     check_nonnegative("beta", beta)
     check_unit_interval("label_smoothing", label_smoothing)
-    if not label_smoothing < 0.5:
+    if not isinstance(label_smoothing, torch.Tensor) and not label_smoothing < 0.5:
         raise ValueError(f"label_smoothing: expected a value in [0, 0.5), got {label_smoothing!r}")
     chosen_ratio = sequence_log_prob(policy_chosen, chosen_mask) - sequence_log_prob(
         reference_chosen.detach(), chosen_mask
@@ -164,8 +166,8 @@ def grpo_loss(
     reference_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_eps: float = 0.2,
-    kl_coef: float = 0.04,
+    clip_eps: Scalar = 0.2,
+    kl_coef: Scalar = 0.04,
     aggregation: str = "sequence_mean",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO objective (negated, to minimise) on per-token log-probs.

@@ -72,7 +72,7 @@ def _check_per_action(
         )
 
 
-def _huber(errors: torch.Tensor, delta: float) -> torch.Tensor:
+def _huber(errors: torch.Tensor, delta: Scalar) -> torch.Tensor:
     """Elementwise Huber ``0.5 u^2`` for ``|u| <= δ``, else ``δ (|u| - δ/2)``.
 
     Written out rather than ``F.huber_loss``, whose batching rule resizes outputs under ``vmap``
@@ -198,7 +198,7 @@ def dqn_loss(
     actions: torch.Tensor,
     targets: torch.Tensor,
     loss_type: str = "huber",
-    huber_delta: float = 1.0,
+    huber_delta: Scalar = 1.0,
 ) -> tuple[torch.Tensor, Metrics]:
     """DQN regression of ``Q(s, a)`` onto fixed targets (Mnih et al. 2015).
 
@@ -389,7 +389,7 @@ def quantile_q_learning_target(
 def quantile_huber_loss(
     quantiles: torch.Tensor,
     targets: torch.Tensor,
-    huber_delta: float = 1.0,
+    huber_delta: Scalar = 1.0,
 ) -> torch.Tensor:
     """Quantile Huber loss (Dabney et al. 2017, QR-DQN, eq. 9-10), per sample.
 
@@ -427,7 +427,7 @@ def qr_dqn_loss(
     quantiles: torch.Tensor,
     actions: torch.Tensor,
     target_quantiles: torch.Tensor,
-    huber_delta: float = 1.0,
+    huber_delta: Scalar = 1.0,
 ) -> tuple[torch.Tensor, Metrics]:
     """QR-DQN loss: :func:`quantile_huber_loss` of the taken action's quantiles, batch mean.
 
