@@ -87,9 +87,9 @@ def bottom_row(col: torch.Tensor) -> torch.Tensor:
 
 # Boards are uint8 (0/1) inside the games and in their states, and every board-sized operation is
 # integer arithmetic (``&``, ``|``, ``*``, gathers, scatters, sums): no comparison, ``where`` or
-# bool load/store over a board. Inductor's vectorised CPU code for bool/mask values is very slow
-# (torch 2.13, AVX-512 here: a compiled ``where`` over 4096 [10, 10, 4] bool images took 38 ms,
-# the same blend in uint8 arithmetic 0.3 ms), and it made compiled Breakout slower than eager.
+# bool load/store over a board: inductor's vectorised CPU code handles bool/mask values far less
+# well than integer arithmetic (see BENCHMARKS.md), and a bool-board Breakout compiled slower
+# than it ran eagerly.
 # Observations are bool, as MinAtar's: a uint8 image reinterpreted with ``view(torch.bool)``.
 
 
