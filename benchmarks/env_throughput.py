@@ -81,7 +81,7 @@ def time_funrl(
 ):
     # Every (env, N) compiles the same code object anew; without a reset dynamo's recompile limit
     # (8 per code object) ends the run at the ninth configuration.
-    torch._dynamo.reset()
+    torch.compiler.reset()
     env, params = E.make(env_id)
     batched = E.vmap(env, n)
     space = env.action_space(params)
