@@ -67,9 +67,9 @@ def polyak(target: Params, online: Params, tau: float | torch.Tensor) -> Params:
     _check_tau(tau)
     _check_pair(target, online, floating=True)
     # torch.lerp is exact at both ends (weight 0 -> start, weight 1 -> end), unlike t + tau * (o - t).
-    if isinstance(tau, torch.Tensor):
-        return tree.map(lambda t, o: torch.lerp(t, o, tau.to(dtype=t.dtype, device=t.device)), target, online)
-    return tree.map(lambda t, o: torch.lerp(t, o, tau), target, online)
+    return tree.map(
+        lambda t, o: torch.lerp(t, o, torch.as_tensor(tau, dtype=t.dtype, device=t.device)), target, online
+    )
 
 
 def hard_update(target: Params, online: Params) -> Params:
