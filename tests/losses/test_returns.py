@@ -587,6 +587,9 @@ def test_shared_checks_accept_good_and_reject_bad_input_by_name():
         lambda: c.check_positive("eps", 1e-9),
         lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(2), "x", x),
         lambda: c.check_scalar_or_broadcastable("gamma", 0.5, "x", x),
+        lambda: c.check_weight("alpha", 0.0, "x", x),
+        lambda: c.check_weight("alpha", torch.ones(2), "x", x),
+        lambda: c.check_ensemble("q_values", torch.zeros(4, 3, 2), "x", x),
         lambda: c.check_choice("kind", "a", ("a", "b")),
     ]
     for call in good:
@@ -609,6 +612,12 @@ def test_shared_checks_accept_good_and_reject_bad_input_by_name():
         (lambda: c.check_positive("eps", 0), "eps: expected a value > 0"),
         (lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(3), "x", x), "gamma: expected a Python"),
         (lambda: c.check_scalar_or_broadcastable("gamma", torch.ones(4, 3, 2), "x", x), "gamma: expected"),
+        (lambda: c.check_weight("alpha", -0.5, "x", x), "alpha: expected a value >= 0"),
+        (lambda: c.check_weight("alpha", torch.ones(3), "x", x), "alpha: expected a Python number"),
+        (
+            lambda: c.check_ensemble("q_values", torch.zeros(3, 2), "x", x),
+            "q_values: expected shape \\[E, 3, 2\\] \\(an ensemble over the shape of x\\), got \\(3, 2\\)",
+        ),
         (lambda: c.check_choice("kind", "c", ("a", "b")), "kind: expected one of \\('a', 'b'\\), got 'c'"),
     ]
     for call, match in bad:
