@@ -7,32 +7,24 @@ function batches over it with ``torch.func.vmap``.
 Threefry-2x32 (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 SC 2011) is a counter-based generator: the output is a pure function of ``(key, counter)``. It
 uses only 32-bit additions, rotations and xors, which we carry in ``int64`` and mask back to 32
-bits, so it is exact on every backend, eager or under inductor, CPU or GPU, with no integer
-multiply. The key and counter layout follow ``jax.random`` under its current default
+bits; no intermediate needs more than 34 bits, so it is exact on every backend, eager or under
+inductor, CPU or GPU. The key and counter layout follow ``jax.random`` under its current default
 (``jax_threefry_partitionable=True``), so ``key``, ``split``, ``fold_in``, ``bits`` and
 ``uniform`` give the same numbers as JAX for the same seed.
 
-Run eagerly on CPU, ~170 integer ops of a few microseconds each make one Threefry call cost
-~0.4 ms. There the block function runs in a small C++ kernel instead (``funrl/_csrc/threefry.cpp``,
-built on first use and cached like :mod:`funrl.allocator`; same values, tested against the torch
-ops): ``split`` and ``uniform`` take microseconds. Under eager ``vmap`` the words' batch level is
-peeled off and the kernel runs on the values. Under ``torch.compile``, ``grad``, functionalization,
-a dispatch or function mode, or on another device, the torch ops run as written (inductor fuses
-them into one loop). Without a C++ compiler every call takes the torch ops;
-:func:`native_threefry_available` tells.
+Every function is one sequence of torch ops, the same eagerly, under ``vmap`` and ``grad`` and
+under ``torch.compile``. Eagerly each op is a separate dispatch, so a draw costs about as many
+dispatches as the block function has ops: it runs on a whole vector of counters at once (one call
+for all of ``split``'s keys or a draw's elements), and each round is written in as few ops as
+exactness allows. Compiled, inductor fuses the rounds into one loop.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Sequence
 
 import torch
-from torch._C import _functorch
-from torch._C._functorch import is_batchedtensor
-
-from funrl import _native
 
 __all__ = [
     "Key",
@@ -52,7 +44,6 @@ __all__ = [
     "permutation",
     "choice",
     "exponential",
-    "native_threefry_available",
 ]
 
 Key = torch.Tensor
@@ -93,119 +84,17 @@ def _check_key(k: Key, name: str = "key") -> None:
 
 
 def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
-    return ((x << r) | (x >> (32 - r))) & _MASK32
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.funrl_threefry2x32.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64]
-    lib.funrl_threefry2x32.restype = None
-    lib.funrl_threefry2x32_iota.argtypes = [ptr, i64, ptr, ptr, i64, i64]
-    lib.funrl_threefry2x32_iota.restype = None
-    lib.funrl_randint_iota.argtypes = [ptr, i64, i64, i64, ptr, i64]
-    lib.funrl_randint_iota.restype = None
-    lib.funrl_randint_rows.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, ptr]
-    lib.funrl_randint_rows.restype = None
-
-
-_KERNEL = _native.LazyLibrary("threefry.cpp", "funrl.random", "the eager Threefry kernel", _declare)
-
-
-def native_threefry_available() -> bool:
-    """True if eager CPU calls run Threefry in funrl's C++ kernel (built on first call)."""
-    return _KERNEL.get() is not None
-
-
-def _native_for(*words: object) -> ctypes.CDLL | None:
-    """The C++ kernel if no tracer or transform is active and every tensor among ``words`` is a
-    plain CPU int64 tensor (:func:`funrl._native.plain_eager`), else None."""
-    return _KERNEL.get() if _native.plain_eager(*words, dtype=torch.int64) else None
-
-
-def _broadcast_shape(shapes: list[torch.Size]) -> tuple[int, ...]:
-    """``torch.broadcast_shapes`` in a few Python ops (it costs ~13 µs a call, most of a call here)."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
-    for s in shapes:
-        for i, size in enumerate(s, ndim - len(s)):
-            if size != 1:
-                if out[i] != 1 and out[i] != size:
-                    return tuple(torch.broadcast_shapes(*shapes))  # raises torch's error
-                out[i] = size
-    return tuple(out)
-
-
-def _threefry_native(
-    lib: ctypes.CDLL, words: tuple[torch.Tensor | int, ...]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    shape = _broadcast_shape([w.shape for w in words if isinstance(w, torch.Tensor)])
-    args: list[int] = []
-    keep_alive = []
-    for w in words:
-        if not isinstance(w, torch.Tensor):
-            word = ctypes.c_int64(w & _MASK32)
-            keep_alive.append(word)
-            args += [ctypes.addressof(word), 0]
-        elif w.numel() == 1:
-            args += [w.data_ptr(), 0]
-        else:
-            if w.shape != shape or not w.is_contiguous():
-                w = w.expand(shape).contiguous()
-                keep_alive.append(w)
-            args += [w.data_ptr(), 1]
-    y0 = torch.empty(shape, dtype=torch.int64)
-    y1 = torch.empty(shape, dtype=torch.int64)
-    lib.funrl_threefry2x32(*args, y0.data_ptr(), y1.data_ptr(), 1, y0.numel())
-    return y0, y1
-
-
-def _vmap_level(words: tuple[object, ...]) -> int | None:
-    """The vmap level to peel off when the words are CPU int64 tensors under eager ``vmap`` alone
-    (each plain or batched, the innermost level batched), else None (then the torch ops run)."""
-    if torch.compiler.is_compiling() or _KERNEL.get() is None:
-        return None
-    tensors = [w for w in words if isinstance(w, torch.Tensor)]
-    levels = [_functorch.maybe_get_level(w) for w in tensors]
-    level = max(levels, default=-1)
-    if level < 0 or _functorch.maybe_current_level() != level:
-        return None
-    inner = [w for w, lv in zip(tensors, levels, strict=True) if lv == level]
-    if not all(is_batchedtensor(w) and w.is_cpu and w.dtype == torch.int64 for w in inner):
-        return None
-    # The unbatched words must be plain (a grad-tracking word means a transform below vmap).
-    plain = [w for w, lv in zip(tensors, levels, strict=True) if lv < 0]
-    return level if _native.plain_eager(*plain, dtype=torch.int64) else None
-
-
-def _threefry_unbatched(words: tuple[object, ...], level: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block function for words batched at ``level``: computed on the unwrapped values (batch
-    dimension first, per-example shapes kept broadcastable) and wrapped again at ``level``."""
-    values, dims = [], []
-    for w in words:
-        if isinstance(w, torch.Tensor) and _functorch.maybe_get_level(w) == level:
-            value, dim = _functorch._unwrap_batched(w, level)
-            values.append(value)
-            dims.append(dim)
-        else:
-            values.append(w)
-            dims.append(None)
-    rank = max(
-        (v.dim() - (d is not None) for v, d in zip(values, dims, strict=True) if isinstance(v, torch.Tensor)),
-        default=0,
-    )
-    for i, (v, d) in enumerate(zip(values, dims, strict=True)):
-        if d is not None:
-            v = v.movedim(d, 0)
-            values[i] = v.reshape(v.shape[0], *[1] * (rank - (v.dim() - 1)), *v.shape[1:])
-    y0, y1 = threefry2x32((values[0], values[1]), (values[2], values[3]))
-    return _functorch._add_batch_dim(y0, 0, level), _functorch._add_batch_dim(y1, 0, level)
+    """Rotate the 32-bit words ``x`` left by ``r``: the low ``32 - r`` bits move up by ``r``, the
+    high ``r`` bits move down to the bottom. The two parts share no bit, so one ``add`` with
+    ``alpha=2**r`` joins them (one op fewer than shift, shift, or, mask)."""
+    return torch.add(x >> (32 - r), x & ((1 << (32 - r)) - 1), alpha=1 << r)
 
 
 def threefry2x32(
     key_words: tuple[torch.Tensor, torch.Tensor],
-    counter_words: tuple[torch.Tensor, torch.Tensor],
+    counter_words: tuple[torch.Tensor | int, torch.Tensor | int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Threefry-2x32 block function with 20 rounds.
+    """The Threefry-2x32 block function with 20 rounds (Salmon et al., SC 2011; Random123).
 
     Args:
         key_words: two int64 tensors holding the key's 32-bit words ``(k0, k1)``.
@@ -215,24 +104,19 @@ def threefry2x32(
     Returns:
         The two 32-bit output words, as int64 tensors of the broadcast shape.
     """
-    lib = _native_for(*key_words, *counter_words)
-    if lib is not None:
-        return _threefry_native(lib, (*key_words, *counter_words))
-    level = _vmap_level((*key_words, *counter_words))
-    if level is not None:
-        return _threefry_unbatched((*key_words, *counter_words), level)
     k0, k1 = key_words
-    k2 = k0 ^ k1 ^ _PARITY
-    ks = (k0, k1, k2)
-    x0 = (counter_words[0] + k0) & _MASK32
+    ks = (k0, k1, k0 ^ k1 ^ _PARITY)
+    # x0 may carry bits above 32 between rounds: every round masks it right after its add, before
+    # it reaches x1. x1 stays exact, since the rotation reads its top bits.
+    x0 = counter_words[0] + k0
     x1 = (counter_words[1] + k1) & _MASK32
     for block in range(5):
         for r in _ROTATIONS[block % 2]:
             x0 = (x0 + x1) & _MASK32
             x1 = _rotl32(x1, r) ^ x0
-        x0 = (x0 + ks[(block + 1) % 3]) & _MASK32
-        x1 = (x1 + ks[(block + 2) % 3] + block + 1) & _MASK32
-    return x0, x1
+        x0 = x0 + ks[(block + 1) % 3]
+        x1 = (x1 + (ks[(block + 2) % 3] + (block + 1))) & _MASK32
+    return x0 & _MASK32, x1
 
 
 def key(seed: int | torch.Tensor) -> Key:
@@ -256,41 +140,11 @@ def key(seed: int | torch.Tensor) -> Key:
     return torch.tensor([seed >> 32, seed & _MASK32], dtype=torch.int64)
 
 
-def _counter_words(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 64-bit iota ``0..n-1`` split into high and low 32-bit words (JAX's ``iota_2x32_shape``)."""
-    idx = torch.arange(n, dtype=torch.int64, device=device)
-    return idx >> 32, idx & _MASK32
-
-
-# Draws of at most this many blocks are unrolled under vmap and torch.compile (see ``_block``).
-# The env resets the unroll is for take 1-2 blocks (``block_words``). From 5 blocks up the counter
-# axis fills a useful part of a vector anyway, while the unrolled code grows: 8-seed vmapped PPO's
-# categorical draw (8 blocks per seed) compiled ~40 s faster vectorised, at the same step time.
-_UNROLL_MAX_BLOCKS = 4
-
-
 def _block(k: Key, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    n = math.prod(shape)
-    if 1 < n <= _UNROLL_MAX_BLOCKS and torch.compiler.is_compiling() and is_batchedtensor(k):
-        # Under vmap the counter axis of a small draw (a reset's 2-4 values) is the innermost
-        # axis, and inductor vectorises the innermost axis: a 2-wide counter axis wastes 7/8 of
-        # each 16-lane vector and leaves the env axis scalar (measured: CartPole's reset draw
-        # 8x slower). One block per counter keeps the batch axis innermost; same values. A key
-        # outside vmap has no batch axis to keep innermost: there the counter axis is the one to
-        # vectorise, and unrolling would only multiply the code to compile.
-        blocks = [threefry2x32((k[0], k[1]), (0, i)) for i in range(n)]
-        y0 = torch.stack([b[0] for b in blocks])
-        y1 = torch.stack([b[1] for b in blocks])
-        return y0.reshape(shape), y1.reshape(shape)
-    lib = _native_for(k)
-    if lib is not None:
-        y0 = torch.empty(shape, dtype=torch.int64)
-        y1 = torch.empty(shape, dtype=torch.int64)
-        lib.funrl_threefry2x32_iota(k.data_ptr(), k.stride(0), y0.data_ptr(), y1.data_ptr(), 1, n)
-        return y0, y1
-    c0, c1 = _counter_words(n, k.device)
-    y0, y1 = threefry2x32((k[0], k[1]), (c0, c1))
-    return y0.reshape(shape), y1.reshape(shape)
+    """The Threefry block words behind each element of ``shape``: element ``i`` (flat index) is
+    ``threefry2x32(key, (i >> 32, i & 0xFFFFFFFF))``, JAX's ``iota_2x32_shape`` counters."""
+    counter = torch.arange(math.prod(shape), dtype=torch.int64, device=k.device).reshape(shape)
+    return threefry2x32(k.unbind(), (counter >> 32, counter & _MASK32))
 
 
 def split(key: Key, num: int = 2) -> Key:
@@ -298,14 +152,7 @@ def split(key: Key, num: int = 2) -> Key:
     _check_key(key)
     if isinstance(num, bool) or not isinstance(num, int) or num < 1:
         raise ValueError(f"num: expected a positive int, got {num!r}")
-    lib = _native_for(key)
-    if lib is not None:
-        keys = torch.empty((num, 2), dtype=torch.int64)
-        first = keys.data_ptr()
-        lib.funrl_threefry2x32_iota(key.data_ptr(), key.stride(0), first, first + 8, 2, num)
-        return keys
-    y0, y1 = _block(key, (num,))
-    return torch.stack([y0, y1], dim=-1)
+    return torch.stack(_block(key, (num,)), dim=-1)
 
 
 def fold_in(key: Key, data: int | torch.Tensor) -> Key:
@@ -320,30 +167,12 @@ def fold_in(key: Key, data: int | torch.Tensor) -> Key:
             raise TypeError(f"data: expected an integer tensor, got dtype {data.dtype}")
         if data.dim() != 0:
             raise ValueError(f"data: expected a scalar (vmap for a batch), got shape {list(data.shape)}")
+        word = data.to(device=key.device, dtype=torch.int64) & _MASK32
     elif not isinstance(data, int) or isinstance(data, bool):
         raise TypeError(f"data: expected an int or an integer tensor, got {type(data).__name__}")
-    lib = _native_for(key, data)
-    if lib is not None:
-        return _fold_in_native(lib, key, data)
-    if isinstance(data, torch.Tensor):
-        d = data.to(device=key.device, dtype=torch.int64) & _MASK32
     else:
-        d = torch.tensor(data & _MASK32, dtype=torch.int64, device=key.device)
-    y0, y1 = threefry2x32((key[0], key[1]), (torch.zeros_like(d), d))
-    return torch.stack([y0, y1], dim=-1)
-
-
-def _fold_in_native(lib: ctypes.CDLL, key: Key, data: int | torch.Tensor) -> Key:
-    # The kernel reads the low 32 bits of each int64 word: the mask of the torch ops above.
-    zero = ctypes.c_int64(0)
-    word = ctypes.c_int64(data & _MASK32) if isinstance(data, int) else None
-    address = data.data_ptr() if word is None else ctypes.addressof(word)
-    out = torch.empty(2, dtype=torch.int64)
-    k0 = key.data_ptr()
-    k1 = k0 + 8 * key.stride(0)
-    first = out.data_ptr()
-    lib.funrl_threefry2x32(k0, 0, k1, 0, ctypes.addressof(zero), 0, address, 0, first, first + 8, 1, 1)
-    return out
+        word = data & _MASK32
+    return torch.stack(threefry2x32(key.unbind(), (0, word)), dim=-1)
 
 
 def block_words(key: Key, shape: Shape = ()) -> tuple[torch.Tensor, torch.Tensor]:
@@ -461,13 +290,6 @@ def truncated_normal(
     return torch.clamp(out, inside_lower, inside_upper)
 
 
-def _int_bound(bound: object) -> int | None:
-    """A bound the randint kernel takes: a Python int or a 0-d tensor's value; else None."""
-    if isinstance(bound, int):
-        return bound
-    return int(bound) if isinstance(bound, torch.Tensor) and bound.dim() == 0 else None
-
-
 def randint(
     key: Key,
     shape: Shape,
@@ -484,16 +306,6 @@ def randint(
     shape = _as_shape(shape)
     if isinstance(low, int) and isinstance(high, int) and high <= low:
         raise ValueError(f"high: expected high > low, got low={low}, high={high}")
-    lib = _native_for(key, low, high)
-    if lib is not None:
-        bounds = [_int_bound(b) for b in (low, high)]
-        if None not in bounds and 0 < bounds[1] - bounds[0] < 2**63:
-            out = torch.empty(shape, dtype=torch.int64)
-            span = bounds[1] - bounds[0]
-            lib.funrl_randint_iota(
-                key.data_ptr(), key.stride(0), bounds[0], span, out.data_ptr(), out.numel()
-            )
-            return out
     y0, y1 = _block(key, shape)
     span_int = high - low if isinstance(low, int) and isinstance(high, int) else 0
     if 0 < span_int <= 2**32 and span_int & (span_int - 1) == 0:

@@ -6,35 +6,21 @@ value of the named test at a small significance level (stated next to it), not a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import pathlib
 
 import pytest
 import torch
-from dynamo_graphs import traced_graphs
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.func import vmap
 
 import funrl.random as R
-from funrl import tree
+from funrl import control
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "test_random_jax_vectors.json").read_text())
 FLOATS = [torch.float32, torch.float64]
-
-
-@pytest.fixture(params=["native kernel", "torch ops"])
-def threefry_path(request, monkeypatch):
-    """Run a test through each implementation of the block function eager CPU calls can take."""
-    if request.param == "torch ops":
-        monkeypatch.setattr(R._KERNEL, "_tried", True)
-        monkeypatch.setattr(R._KERNEL, "_lib", None)
-    else:
-        assert R.native_threefry_available(), "the C++ kernel did not build (is g++ on PATH?)"
-    assert (R._native_for(R.key(0)) is not None) == (request.param == "native kernel")
-    return request.param
 
 
 def _word_tensor(words: list[int]) -> torch.Tensor:
@@ -121,7 +107,7 @@ RANDOM123_KAT = [  # threefry2x32_20 from Random123's kat_vectors (also REFERENC
 
 
 @pytest.mark.parametrize(("key_words", "counter", "expected"), RANDOM123_KAT)
-def test_threefry_random123_known_answers(key_words, counter, expected, threefry_path):
+def test_threefry_random123_known_answers(key_words, counter, expected):
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in key_words)
     c = tuple(torch.tensor(w, dtype=torch.int64) for w in counter)
     out = R.threefry2x32(k, c)
@@ -134,14 +120,14 @@ def test_fixture_recorded_under_jax_default_layout():
 
 
 @pytest.mark.parametrize("case", FIXTURE["threefry2x32"], ids=lambda c: hex(c["key"][0]))
-def test_threefry_matches_jax(case, threefry_path):
+def test_threefry_matches_jax(case):
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in case["key"])
     c = tuple(torch.tensor(w, dtype=torch.int64) for w in case["counter"])
     out = R.threefry2x32(k, c)
     assert [out[0].item(), out[1].item()] == case["out"]
 
 
-def test_threefry_vectorised_counters_match_jax(threefry_path):
+def test_threefry_vectorised_counters_match_jax():
     case = FIXTURE["threefry2x32_vector"]
     k = tuple(torch.tensor(w, dtype=torch.int64) for w in case["key"])
     y0, y1 = R.threefry2x32(k, (_word_tensor(case["counter_hi"]), _word_tensor(case["counter_lo"])))
@@ -159,21 +145,21 @@ def test_key_matches_jax_prngkey(case):
 
 
 @pytest.mark.parametrize("case", FIXTURE["split"], ids=lambda c: f"{c['seed']}-{c['num']}")
-def test_split_matches_jax(case, threefry_path):
+def test_split_matches_jax(case):
     keys = R.split(R.key(case["seed"]), case["num"])
     assert keys.shape == (case["num"], 2) and keys.dtype == torch.int64
     assert keys.tolist() == case["keys"]
 
 
 @pytest.mark.parametrize("case", FIXTURE["fold_in"], ids=lambda c: f"{c['seed']}-{c['data']}")
-def test_fold_in_matches_jax(case, threefry_path):
+def test_fold_in_matches_jax(case):
     k = R.key(case["seed"])
     assert R.fold_in(k, case["data"]).tolist() == case["key"]
     assert R.fold_in(k, torch.tensor(case["data"], dtype=torch.int64)).tolist() == case["key"]
 
 
 @pytest.mark.parametrize("case", FIXTURE["bits_uint32"], ids=lambda c: f"{c['seed']}-{c['shape']}")
-def test_bits_match_jax(case, threefry_path):
+def test_bits_match_jax(case):
     b = R.bits(R.key(case["seed"]), case["shape"])
     assert b.shape == tuple(case["shape"]) and b.dtype == torch.int64
     assert b.tolist() == case["bits"]
@@ -182,7 +168,7 @@ def test_bits_match_jax(case, threefry_path):
 @pytest.mark.parametrize(
     "case", FIXTURE["uniform"], ids=lambda c: f"{c['dtype']}-{c['seed']}-{c['minval']}-{c['maxval']}"
 )
-def test_uniform_matches_jax(case, threefry_path):
+def test_uniform_matches_jax(case):
     dtype = getattr(torch, case["dtype"])
     lo, hi = case["minval"], case["maxval"]
     u = R.uniform(R.key(case["seed"]), case["shape"], dtype, lo, hi)
@@ -203,7 +189,7 @@ def test_uniform_matches_jax(case, threefry_path):
 
 
 @pytest.mark.parametrize("case", FIXTURE["normal"], ids=lambda c: f"{c['seed']}-{c['shape']}")
-def test_normal_close_to_jax(case, threefry_path):
+def test_normal_close_to_jax(case):
     z = R.normal(R.key(case["seed"]), case["shape"])
     ref = _from_hex(case["hex"], torch.float32, case["shape"])
     # Same uniforms; erfinv implementations differ by a couple of ulps.
@@ -284,6 +270,90 @@ def test_vmap_fold_in_over_data_equals_loop():
     assert torch.equal(batched, torch.stack([R.fold_in(k, i) for i in range(6)]))
 
 
+def test_vmap_with_the_batch_dim_last_and_counters_broadcast_equals_loop():
+    keys = R.split(R.key(12), 4)
+    by_columns = vmap(lambda k: R.normal(k, (2, 3)), in_dims=1)(keys.t())
+    assert torch.equal(by_columns, torch.stack([R.normal(k, (2, 3)) for k in keys]))
+    # Counter words of two shapes broadcast against each batched key.
+    counters = (torch.zeros(2, 1, dtype=torch.int64), torch.arange(3))
+
+    def block(k: torch.Tensor) -> torch.Tensor:
+        return torch.stack(R.threefry2x32((k[0], k[1]), counters))
+
+    assert torch.equal(vmap(block)(keys), torch.stack([block(k) for k in keys]))
+
+
+def test_keys_under_grad():
+    """A draw inside a differentiated function is a constant of it: the gradient of ``x * noise``
+    is the noise, for one key and, under vmap, for a batch of keys (grad inside vmap)."""
+
+    def loss(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        k_noise, _ = R.split(R.fold_in(k, 3))
+        return (x * R.normal(k_noise, (3,))).sum()
+
+    def noise(k: torch.Tensor) -> torch.Tensor:
+        return R.normal(R.split(R.fold_in(k, 3))[0], (3,))
+
+    x = torch.ones(3)
+    k = R.key(4)
+    assert torch.equal(torch.func.grad(loss)(x, k), noise(k))
+    keys = R.split(R.key(5), 4)
+    per_key = vmap(torch.func.grad(loss), in_dims=(None, 0))(x, keys)
+    assert torch.equal(per_key, torch.stack([noise(k) for k in keys]))
+    # Keys derived inside the transform from a batched step counter, as a training loop does.
+    steps = torch.arange(4)
+    folded = vmap(
+        torch.func.grad(lambda x, i: (x * R.uniform(R.fold_in(k, i), (3,))).sum()), in_dims=(None, 0)
+    )
+    assert torch.equal(folded(x, steps), torch.stack([R.uniform(R.fold_in(k, i), (3,)) for i in range(4)]))
+
+
+def test_traced_graphs_follow_the_key():
+    """make_fx, with and without functionalization, records the rounds as ops: the traced function
+    computes from its input key (a value read on the host would be baked in as a constant)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def draw(k: torch.Tensor) -> torch.Tensor:
+        return R.split(k, 3)
+
+    for graph in (make_fx(draw)(R.key(0)), make_fx(torch.func.functionalize(draw))(R.key(0))):
+        assert sum("xor" in str(node.target) for node in graph.graph.nodes) >= 20  # one per round
+        assert torch.equal(graph(R.key(7)), R.split(R.key(7), 3))
+
+
+class _CountTorchCalls(torch.overrides.TorchFunctionMode):
+    """Counts the torch functions and tensor methods called (each one eager dispatch), not the
+    attribute reads (``.dtype``, ``.shape``) of the input checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += getattr(func, "__name__", "") != "__get__"
+        return func(*args, **(kwargs or {}))
+
+
+# Threefry's 20 rounds at 6 ops each (add, mask, two for the rotation's halves, the add joining
+# them, xor), 20 more for the 5 key injections, and a few to set up and finish.
+_EAGER_CALL_BUDGET = {
+    "split": (lambda k: R.split(k), 152),
+    "fold_in": (lambda k: R.fold_in(k, 3), 148),
+    "uniform": (lambda k: R.uniform(k, (256,)), 155),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EAGER_CALL_BUDGET))
+def test_eager_calls_stay_within_their_op_budget(name):
+    """Eagerly every op is a dispatch of a few microseconds and there are no others: the op count
+    is the cost of a call."""
+    call, budget = _EAGER_CALL_BUDGET[name]
+    k = R.key(0)
+    with _CountTorchCalls() as counter:
+        call(k)
+    assert counter.calls <= budget
+
+
 def test_key_from_tensor_seeds_equals_int_seeds():
     seeds = [0, 1, 2**33 + 5, -7]
     batch = R.key(torch.tensor(seeds))
@@ -291,7 +361,7 @@ def test_key_from_tensor_seeds_equals_int_seeds():
     assert torch.equal(batch, torch.stack([R.key(s) for s in seeds]))
 
 
-def test_block_words_xor_to_bits(threefry_path):
+def test_block_words_xor_to_bits():
     """``block_words`` is the pair of words behind ``bits``: their xor is JAX's word."""
     for shape in [(), (3,), (2, 5), (17,)]:
         y0, y1 = R.block_words(R.key(5), shape)
@@ -316,9 +386,9 @@ def test_randint_power_of_two_span_equals_the_general_path(low, high):
     assert fast.min() >= low and fast.max() < high
 
 
-def _several_samplers(k: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    # Kept to four Threefry blocks: each one costs inductor ~10-20 s of CPU to compile here.
-    # uniform, randint and categorical of the same key and shape share one block (traced once).
+def _several_samplers(k: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # Kept to five Threefry blocks, each a few seconds of inductor's time. uniform, randint and
+    # categorical of the same key and shape share one block (traced once).
     k1, k2 = R.split(k, 2)
     return (
         k1,
@@ -326,15 +396,16 @@ def _several_samplers(k: torch.Tensor) -> tuple[torch.Tensor, ...]:
         R.randint(k1, (16,), -3, 10),
         R.categorical(k1, torch.linspace(-1.0, 1.0, 16)),
         R.normal(R.fold_in(k2, 3), (16,), torch.float64),
+        vmap(lambda kk: R.bits(kk, (2,)))(keys),
     )
 
 
 @pytest.mark.slow
 def test_compile_equals_eager():
-    compiled = torch.compile(_several_samplers, fullgraph=True)
+    compiled = control.compile(_several_samplers)
     for seed in (0, 2**40 + 3):
-        k = R.key(seed)
-        eager_out, compiled_out = _several_samplers(k), compiled(k)
+        k, keys = R.key(seed), R.split(R.key(seed + 1), 3)
+        eager_out, compiled_out = _several_samplers(k, keys), compiled(k, keys)
         for e, c in zip(eager_out, compiled_out, strict=True):
             assert e.dtype == c.dtype and e.shape == c.shape
             if e.dtype.is_floating_point:
@@ -344,38 +415,6 @@ def test_compile_equals_eager():
                 torch.testing.assert_close(c, e, rtol=4 * eps, atol=4 * eps)
             else:
                 assert torch.equal(c, e)
-
-
-def _small_draws(k: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # A draw of at most _UNROLL_MAX_BLOCKS blocks compiles one way under vmap (one block per
-    # counter) and another outside it (the counter axis vectorised); both must give these values.
-    return R.bits(k, (3,)), vmap(lambda kk: R.bits(kk, (2,)))(keys)
-
-
-@pytest.mark.slow
-def test_compiled_small_draws_equal_eager_inside_and_outside_vmap():
-    compiled = torch.compile(_small_draws, fullgraph=True)
-    k, keys = R.key(5), R.split(R.key(6), 3)
-    for e, c in zip(_small_draws(k, keys), compiled(k, keys), strict=True):
-        assert e.shape == c.shape
-        assert torch.equal(c, e)
-
-
-def _traced_xor_count(fn, *args) -> int:
-    """Bitwise-xor nodes in the graphs dynamo traces for ``fn`` (no inductor: tracing only)."""
-    return sum("xor" in str(node.target) for gm in traced_graphs(fn, *args) for node in gm.graph.nodes)
-
-
-def test_small_draws_unroll_under_vmap_only():
-    # One Threefry block's worth of xors per block traced: a vmapped two-block draw is unrolled
-    # (about twice one block's), a three-block draw with an unbatched key is one vectorised block.
-    keys = R.split(R.key(6), 3)
-    one_block = _traced_xor_count(lambda ks: vmap(lambda k: R.bits(k, ()))(ks), keys)
-    vmapped_two = _traced_xor_count(lambda ks: vmap(lambda k: R.bits(k, (2,)))(ks), keys)
-    unbatched_three = _traced_xor_count(lambda k: R.bits(k, (3,)), R.key(5))
-    assert one_block > 0
-    assert vmapped_two >= 2 * one_block - 1
-    assert unbatched_three == one_block
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,7 +443,7 @@ def test_float64_uniform_uses_52_bits():
     assert torch.equal(u64 * 2**52, torch.floor(u64 * 2**52))
 
 
-def test_empty_shapes(threefry_path):
+def test_empty_shapes():
     k = R.key(0)
     assert R.uniform(k, (0,)).shape == (0,)
     assert R.bits(k, (3, 0)).shape == (3, 0)
@@ -667,169 +706,3 @@ def test_bad_input_raises_naming_the_argument(case, call, error, argument):
     with pytest.raises(error) as info:
         call()
     assert str(info.value).startswith(f"{argument}:"), str(info.value)
-
-
-# ---------------------------------------------------------------------------------------------
-# Eager CPU calls: the C++ block function against the torch ops
-# ---------------------------------------------------------------------------------------------
-
-
-class _PassThroughMode(torch.overrides.TorchFunctionMode):
-    """A function mode that changes nothing; with any such mode active funrl takes the torch ops."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
-_WORD_LAYOUTS = ["python int", "0-d", "full", "row", "column", "strided"]
-
-
-def _word(layout: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor | int:
-    def draw(*size: int) -> torch.Tensor:
-        return torch.randint(-(2**63), 2**63 - 1, size, dtype=torch.int64, generator=gen)
-
-    rows, cols = shape
-    if layout == "python int":
-        return int(draw(1)) & (2**40 - 1)  # a counter given as an int (beyond 32 bits: masked)
-    if layout == "0-d":
-        return draw(1)[0]
-    if layout == "row":
-        return draw(1, cols)
-    if layout == "column":
-        return draw(rows, 1)
-    if layout == "strided":
-        return draw(cols, rows).t()  # not contiguous
-    return draw(rows, cols)
-
-
-@given(
-    layouts=st.lists(st.sampled_from(_WORD_LAYOUTS), min_size=4, max_size=4),
-    shape=st.tuples(st.integers(1, 6), st.integers(1, 6)),
-    seed=st.integers(0, 2**31),
-)
-def test_native_threefry_equals_the_torch_ops_for_any_words_and_broadcast(layouts, shape, seed):
-    assert R.native_threefry_available()
-    gen = torch.Generator().manual_seed(seed)
-    words = [_word(layout, shape, gen) for layout in layouts]
-    key_words = tuple(torch.as_tensor(w) for w in words[:2])  # key words are tensors
-    counter_words = tuple(words[2:])
-    assert R._native_for(*key_words, *counter_words) is not None
-    native = R.threefry2x32(key_words, counter_words)
-    with _PassThroughMode():
-        assert R._native_for(*key_words) is None
-        ops = R.threefry2x32(key_words, counter_words)
-    for got, want in zip(native, ops, strict=True):
-        assert got.dtype == torch.int64 and got.shape == want.shape
-        assert torch.equal(got, want)
-        assert int(got.min()) >= 0 and int(got.max()) < 2**32
-
-
-@given(seed=seeds, num=st.integers(1, 9), data=st.integers(-(2**40), 2**40), n=st.integers(0, 40))
-def test_native_key_functions_equal_the_torch_ops(seed, num, data, n):
-    k = R.key(seed)
-    # The same key as a strided view (a column of a [2, 2] tensor), as a slice of a batch gives.
-    strided = torch.stack([k, R.key(seed ^ 1)], dim=1)[:, 0]
-    assert strided.stride() == (2,)
-    results = []
-    for mode in (None, _PassThroughMode()):
-        with mode or contextlib.nullcontext():
-            results.append(
-                [
-                    R.split(k, num),
-                    R.split(strided, num),
-                    R.fold_in(k, data),
-                    R.fold_in(strided, torch.tensor(data)),
-                    R.bits(k, (n,)),
-                    *R.block_words(strided, (2, n)),
-                ]
-            )
-    for got, want in zip(*results, strict=True):
-        assert torch.equal(got, want)
-
-
-def test_traced_calls_record_the_torch_ops():
-    # make_fx replays the function under a dispatch mode: the kernel must not hide the rounds
-    # from it, or the graph would hold the result as a constant.
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    graph = make_fx(lambda k: R.split(k, 3))(R.key(0))
-    shifts = [n for n in graph.graph.nodes if "lshift" in str(n.target)]
-    assert len(shifts) >= 20  # 20 rounds, each with a left rotation
-    assert torch.equal(graph(R.key(7)), R.split(R.key(7), 3))
-
-
-def test_without_a_compiler_eager_calls_take_the_torch_ops(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CXX", "no-such-compiler-funrl")
-    monkeypatch.setattr(R._KERNEL, "_tried", False)
-    monkeypatch.setattr(R._KERNEL, "_lib", None)
-    assert not R.native_threefry_available()
-    assert R._native_for(R.key(0)) is None
-    case = FIXTURE["split"][0]
-    assert R.split(R.key(case["seed"]), case["num"]).tolist() == case["keys"]
-    assert list(tmp_path.iterdir()) == []
-
-
-@given(
-    seed=seeds,
-    low=st.integers(-(2**62), 2**62 - 1),  # low + span stays an int64
-    span=st.one_of(st.integers(1, 2**62), st.sampled_from([1, 2, 2**10, 2**32, 2**32 + 1])),
-    n=st.integers(0, 50),
-    tensor_bounds=st.booleans(),
-)
-def test_native_randint_equals_the_torch_ops(seed, low, span, n, tensor_bounds):
-    k = R.key(seed)
-    bounds = (torch.tensor(low), torch.tensor(low + span)) if tensor_bounds else (low, low + span)
-    assert R._native_for(k, *bounds) is not None
-    native = R.randint(k, (n,), *bounds)
-    with _PassThroughMode():
-        ops = R.randint(k, (n,), *bounds)
-    assert native.dtype == torch.int64 and torch.equal(native, ops)
-
-
-def _vmapped_draws(keys: torch.Tensor) -> list:
-    """Eager vmapped key functions: nested levels, keys or data batched alone, a batch dim not
-    first, counters broadcast against batched keys, a grad inside vmap."""
-    grid = keys.reshape(2, 5, 2)
-    counters = (torch.arange(3), torch.zeros(2, 1, dtype=torch.int64))
-    return [
-        vmap(R.split)(keys),
-        vmap(lambda k: R.uniform(k, (3,)))(keys),
-        vmap(lambda k: R.randint(k, (4,), 0, 7))(keys),
-        vmap(vmap(lambda k: R.bits(k, (2,))))(grid),
-        vmap(lambda k, d: R.fold_in(k, d))(keys, torch.arange(10)),
-        vmap(lambda d: vmap(lambda k: R.fold_in(k, d))(keys))(torch.arange(3)),
-        vmap(lambda k: vmap(lambda d: R.fold_in(k, d))(torch.arange(4)))(keys),
-        vmap(lambda k: R.threefry2x32((k[0], k[1]), counters))(keys),
-        vmap(lambda k: R.normal(k, (2, 2)), in_dims=1)(keys.t()),
-        vmap(lambda x: torch.func.grad(lambda y: (y * R.uniform(R.key(1), (3,))).sum())(x))(torch.ones(4, 3)),
-    ]
-
-
-def test_eager_vmap_runs_the_kernel_per_level_and_equals_the_torch_ops(monkeypatch):
-    calls = []
-    unbatched = R._threefry_unbatched
-    monkeypatch.setattr(
-        R, "_threefry_unbatched", lambda words, level: calls.append(level) or unbatched(words, level)
-    )
-    keys = R.split(R.key(3), 10)
-    fast = _vmapped_draws(keys)
-    assert len(calls) >= 9  # every draw but the one under grad peeled a vmap level
-    calls.clear()
-    with _PassThroughMode():
-        slow = _vmapped_draws(keys)
-    assert calls == []
-    for got, want in zip(fast, slow, strict=True):
-        assert tree.tree_equal(got, want)
-
-
-def test_functionalize_and_jit_trace_see_the_torch_ops():
-    """Functionalization and jit tracing record ops, so they must not get the kernel's result
-    as a constant: the traced function follows its input key."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    graph = make_fx(torch.func.functionalize(lambda k: R.split(k, 3)))(R.key(0))
-    assert sum("lshift" in str(n.target) for n in graph.graph.nodes) >= 20
-    assert torch.equal(graph(R.key(7)), R.split(R.key(7), 3))
-    traced = torch.jit.trace(lambda k: R.split(k, 3), R.key(0), check_trace=False)
-    assert torch.equal(traced(R.key(7)), R.split(R.key(7), 3))
