@@ -3,7 +3,9 @@
 The reference point, measured in the same run, is ``torch.rand(n)`` on torch's global generator
 (stateful Philox/MT: what funrl replaces with explicit keys). Each figure is the median over
 ``--repeats`` timed repeats; every repeat runs the call enough times to last ``--min-time``
-seconds. Prints a markdown table (samples per second) for BENCHMARKS.md.
+seconds. Prints two markdown tables for BENCHMARKS.md: samples per second by ``n``, and the eager
+cost of single calls (``split``, ``fold_in``, a small ``uniform``), which an eager training loop
+pays many times per update.
 
     python benchmarks/random_throughput.py --device cpu
 """
@@ -59,14 +61,21 @@ def time_per_call(fn: Callable[[], object], device: torch.device, repeats: int, 
 def machine_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def eager_call_table(key: torch.Tensor, device: torch.device, repeats: int, min_time: float) -> list[str]:
+    """Markdown rows: microseconds per eager call of the key functions and a small draw."""
+    calls = {
+        "split(key)": lambda: R.split(key),
+        "fold_in(key, 7)": lambda: R.fold_in(key, 7),
+        "uniform(key, (256,))": lambda: R.uniform(key, (256,)),
+        "torch.rand(256) (stateful reference)": lambda: torch.rand(256, device=device),
+    }
+    rows = ["| eager call | µs per call |", "|---|---:|"]
+    for name, fn in calls.items():
+        rows.append(f"| `{name}` | {time_per_call(fn, device, repeats, min_time) * 1e6:.1f} |")
+    return rows
 
 
 def main() -> None:
@@ -122,6 +131,8 @@ def main() -> None:
         comp_cell = "—" if compiled is None else f"{c / 1e6:.2f} M"
         ratio_cell = "—" if compiled is None else f"{ratio:.2f}"
         print(f"| {n:,} | {e / 1e6:.2f} M | {comp_cell} | {r / 1e6:.2f} M | {ratio_cell} |")
+    print()
+    print("\n".join(eager_call_table(key, device, args.repeats, args.min_time)))
 
 
 if __name__ == "__main__":
