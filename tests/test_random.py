@@ -345,8 +345,8 @@ _EAGER_CALL_BUDGET = {
 
 @pytest.mark.parametrize("name", sorted(_EAGER_CALL_BUDGET))
 def test_eager_calls_stay_within_their_op_budget(name):
-    """Eagerly every op is a dispatch of a few microseconds and there are no others: the op count
-    is the cost of a call."""
+    """Eagerly each op is one dispatch, and dispatches are nearly all a small call costs: the op
+    count is the call's cost, and a round written with more ops than it needs fails here."""
     call, budget = _EAGER_CALL_BUDGET[name]
     k = R.key(0)
     with _CountTorchCalls() as counter:
