@@ -89,11 +89,12 @@ def check_fresh(count: torch.Tensor, storage_count: torch.Tensor, fn: str) -> No
     if is_traced():
         return
     # count is [] per buffer and storage_count [1]; for stacked states, [S] and [S, 1].
-    if not torch.equal(count.unsqueeze(-1), storage_count):
+    counted, stored = count.tolist(), storage_count.squeeze(-1).tolist()
+    if counted != stored:
         raise StaleStateError(
-            f"{fn}: state is stale: it accounts for {count.tolist()} items written but its storage has "
-            f"{storage_count.squeeze(-1).tolist()}; `add` writes in place and returns the state to use from "
-            "then on (use that one, or `copy_state(state)` before `add` to keep an independent snapshot)"
+            f"{fn}: state is stale: it accounts for {counted} items written but its storage has {stored}; "
+            "`add` writes in place and returns the state to use from then on (use that one, or "
+            "`copy_state(state)` before `add` to keep an independent snapshot)"
         )
 
 
@@ -173,30 +174,46 @@ def check_batch(
             "batch: expected the tree structure given to init "
             f"(missing leaves: {missing or 'none'}; unexpected leaves: {extra or 'none'})"
         )
-    batch_dims: tuple[int, ...] | None = None
-    for path, leaf, store in zip(paths, leaves, stored, strict=True):
-        where = f"batch: leaf {path_str(path)}"
-        if not isinstance(leaf, torch.Tensor):
-            raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
-        if leaf.dtype != store.dtype:
-            raise TypeError(f"{where} expected dtype {store.dtype} (as given to init), got {leaf.dtype}")
-        item_shape = tuple(store.shape[storage_ndim:])
-        if leaf.dim() != batch_ndim + len(item_shape) or tuple(leaf.shape[batch_ndim:]) != item_shape:
-            raise ValueError(
-                f"{where} expected shape [{batch_ndim} leading batch dim(s), *{list(item_shape)}], "
-                f"got {list(leaf.shape)}"
-            )
-        if leaf.device != store.device:
-            raise ValueError(f"{where} expected device {store.device}, got {leaf.device}")
-        if batch_dims is None:
-            batch_dims = tuple(leaf.shape[:batch_ndim])
-        elif tuple(leaf.shape[:batch_ndim]) != batch_dims:
-            raise ValueError(
-                f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
-                f"{path_str(paths[0])} has {list(batch_dims)}; all leaves must agree"
-            )
-    assert batch_dims is not None
+    first = leaves[0]
+    batch_dims = tuple(first.shape[:batch_ndim]) if isinstance(first, torch.Tensor) else ()
+    for i, (leaf, store) in enumerate(zip(leaves, stored, strict=True)):
+        if not (
+            isinstance(leaf, torch.Tensor)
+            and leaf.dtype == store.dtype
+            and leaf.dim() - batch_ndim == store.dim() - storage_ndim
+            and leaf.shape[batch_ndim:] == store.shape[storage_ndim:]
+            and leaf.shape[:batch_ndim] == batch_dims
+            and leaf.device == store.device
+        ):
+            _raise_bad_leaf(paths, leaves, i, store, storage_ndim, batch_ndim)
     return batch_dims, leaves, stored
+
+
+def _raise_bad_leaf(
+    paths: list[tuple[Any, ...]],
+    leaves: list[Any],
+    i: int,
+    store: torch.Tensor,
+    storage_ndim: int,
+    batch_ndim: int,
+) -> None:
+    """The error for batch leaf ``i``, which does not fit its stored leaf ``store``."""
+    leaf, where = leaves[i], f"batch: leaf {path_str(paths[i])}"
+    if not isinstance(leaf, torch.Tensor):
+        raise TypeError(f"{where} expected a torch.Tensor, got {type(leaf).__name__}")
+    if leaf.dtype != store.dtype:
+        raise TypeError(f"{where} expected dtype {store.dtype} (as given to init), got {leaf.dtype}")
+    item_shape = list(store.shape[storage_ndim:])
+    if leaf.dim() != batch_ndim + len(item_shape) or list(leaf.shape[batch_ndim:]) != item_shape:
+        raise ValueError(
+            f"{where} expected shape [{batch_ndim} leading batch dim(s), *{item_shape}], got {list(leaf.shape)}"
+        )
+    if leaf.device != store.device:
+        raise ValueError(f"{where} expected device {store.device}, got {leaf.device}")
+    raise ValueError(
+        f"{where} has leading batch dims {list(leaf.shape[:batch_ndim])} but leaf "
+        f"{path_str(paths[0])} has {list(leaves[0].shape[:batch_ndim])}; all leaves must agree"
+    )
 
 
 def storage_device(experience: Tree) -> torch.device:
