@@ -67,8 +67,9 @@ def write_items(capacity: int, state: Any, batch: Any) -> tuple[torch.Tensor, to
     skipped = max(0, batch_size - capacity)
     if skipped:
         leaves = [leaf[skipped:] for leaf in leaves]
-    first = state.count + skipped
-    rows = torch.remainder(first + torch.arange(batch_size - skipped, device=first.device), capacity)
+    rows = torch.remainder(
+        torch.arange(skipped, batch_size, device=state.count.device) + state.count, capacity
+    )
     for store, leaf in zip(stored, leaves, strict=True):
         store.index_put_((rows,), leaf)
     return advance_count(state, batch_size), rows
