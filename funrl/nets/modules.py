@@ -22,6 +22,7 @@ __all__ = [
     "ACTIVATIONS",
     "MLP",
     "NatureCNN",
+    "MinAtarCNN",
     "ActorCritic",
     "DiscreteActor",
     "GaussianActor",
@@ -175,6 +176,60 @@ class NatureCNN(nn.Module):
         batch = x.shape[:-3]
         h = self.conv(x.reshape(-1, *self.in_shape))
         h = torch.relu(self.dense(h.flatten(1)))
+        if self.head is not None:
+            h = self.head(h)
+        return h.reshape(*batch, h.shape[-1])
+
+
+class MinAtarCNN(nn.Module):
+    """The network of MinAtar's baselines (Young & Tian 2019, "MinAtar: An Atari-inspired testbed").
+
+    ``Conv(16, 3x3, stride 1, no padding) - ReLU - flatten - Linear(features=128) - ReLU``, then an
+    optional ``Linear(out_features)`` head (``"head"``).
+
+    Input: MinAtar's channels-last ``[..., H, W, C]`` (``[10, 10, C]``), bool or float, cast to the
+    weights' dtype. Output: ``[..., features]``, or ``[..., out_features]`` with a head.
+    """
+
+    def __init__(
+        self,
+        height: int = 10,
+        width: int = 10,
+        in_channels: int = 4,
+        out_features: int | None = None,
+        features: int = 128,
+        channels: int = 16,
+        device: Device = "meta",
+    ):
+        super().__init__()
+        height, width = _positive_int(height, "height"), _positive_int(width, "width")
+        if height < 3 or width < 3:
+            raise ValueError(
+                f"height, width: expected at least 3x3 for a 3x3 kernel, got ({height}, {width})"
+            )
+        in_channels = _positive_int(in_channels, "in_channels")
+        channels = _positive_int(channels, "channels")
+        with torch.device(device):
+            self.conv = nn.Conv2d(in_channels, channels, 3, stride=1)
+            self.dense = nn.Linear(channels * (height - 2) * (width - 2), _positive_int(features, "features"))
+            self.head = (
+                None
+                if out_features is None
+                else nn.Linear(features, _positive_int(out_features, "out_features"))
+            )
+        self.in_shape = (height, width, in_channels)
+        self.out_features = features if out_features is None else out_features
+        self.output_layer = "dense" if out_features is None else "head"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 3 or tuple(x.shape[-3:]) != self.in_shape:
+            raise ValueError(
+                f"x: expected shape [..., {', '.join(map(str, self.in_shape))}] (channels last), "
+                f"got {list(x.shape)}"
+            )
+        batch = x.shape[:-3]
+        x = x.to(self.dense.weight.dtype).reshape(-1, *self.in_shape).permute(0, 3, 1, 2)  # to NCHW
+        h = torch.relu(self.dense(torch.relu(self.conv(x)).flatten(1)))
         if self.head is not None:
             h = self.head(h)
         return h.reshape(*batch, h.shape[-1])
