@@ -10,7 +10,6 @@ funrl demo
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -103,58 +102,30 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
         return None, None
     if args.algo is None:
         raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
-    if args.algo not in run.ALGORITHMS:
-        raise run.RunError(f"algo: unknown {args.algo!r}; known: {', '.join(sorted(run.ALGORITHMS))}")
+    spec = run.agent_spec(args.algo)
     if run.gymnasium_id(args.env) is not None:
         _check_gymnasium_args(args)
-    cls = run.ALGORITHMS[args.algo][0]
     overrides = {"env_id": args.env, "total_steps": args.total_steps}
     if args.num_envs is not None:
         overrides["num_envs"] = args.num_envs
     if args.lr is not None:
-        # SAC has separate actor and critic rates; --lr sets both.
-        fields = {f.name for f in dataclasses.fields(cls)}
-        for name in ("learning_rate", "policy_lr", "q_lr"):
-            if name in fields:
-                overrides[name] = args.lr
-    return args.algo, cls(**overrides)
+        overrides.update(dict.fromkeys(spec.learning_rates, args.lr))
+    return args.algo, spec.config_type(**overrides)
 
 
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from funrl import allocator
-    from funrl.agents import common, run
+    from funrl.agents import run
 
-    if args.cpp_wrapper and args.no_compile:
-        raise run.RunError("--cpp-wrapper: applies only to the compiled step; drop it or --no-compile")
-    try:  # the rule lives in common; here it is worded with the CLI's flags
-        common.check_compile_options(args.algo, args.seeds > 1, True, {"cpp_wrapper": bool(args.cpp_wrapper)})
-    except ValueError:
-        raise run.RunError(
-            f"--cpp-wrapper: one seed per {args.algo} run (got --seeds {args.seeds}); inductor's C++ "
-            "wrapper crashes torch 2.13 on its vmapped multi-seed step (ppo takes several seeds)"
-        ) from None
     algo, config = config_from_args(args)
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    # A resumed run keeps its own algorithm, seeds and device: the defaults below follow them.
-    run_algo, num_seeds, device = algo, args.seeds, args.device
-    if args.resume:
-        run_algo, _, meta = run.read_run(out)
-        num_seeds, device = meta.get("num_seeds", num_seeds), meta.get("device", device)
-    cpp_wrapper = args.cpp_wrapper
-    if cpp_wrapper is None:  # neither flag: the default for the run's algorithm and device
-        cpp_wrapper = common.uses_cpp_wrapper_by_default(run_algo, device, compile=not args.no_compile)
-    run_threads = args.threads
-    if run_threads is None:
-        run_threads = common.default_threads(run_algo, num_seeds, device)
     t0 = time.perf_counter()
-    installed = args.cpu_allocator == "caching" and _use_caching_cpu_allocator()
     threads = torch.get_num_threads()
-    if run_threads is not None:
-        torch.set_num_threads(run_threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     try:
         run.train_run(
             algo,
@@ -167,29 +138,11 @@ def _train(args: argparse.Namespace) -> int:
             resume=args.resume,
             checkpoint_every=args.checkpoint_every,
             progress=not args.no_progress,
-            compile_options={"cpp_wrapper": True} if cpp_wrapper else None,
         )
     finally:
         torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
-        if installed:
-            allocator.use_default_cpu_allocator()
     print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
-
-
-def _use_caching_cpu_allocator() -> bool:
-    """Install funrl's caching CPU allocator unless one is in use; True if this call installed it."""
-    from funrl import allocator
-
-    if allocator.cpu_allocator_stats().active:
-        return False
-    try:
-        allocator.use_caching_cpu_allocator()
-    except RuntimeError as exc:  # no C++ compiler: train anyway, on torch's allocator
-        first_line = str(exc).splitlines()[0]
-        print(f"funrl: {first_line}; training with torch's default CPU allocator", file=sys.stderr)
-        return False
-    return True
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -205,6 +158,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from funrl.agents import registered_agents
+
     parser = argparse.ArgumentParser(
         prog="funrl",
         description="funrl: pure-functional RL for PyTorch",
@@ -219,7 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train", help="train an agent; writes config, metrics, plot and checkpoints to --out"
     )
-    train.add_argument("algo", nargs="?", default=None, help="algorithm: ppo, dqn, sac or td3")
+    train.add_argument(
+        "algo",
+        nargs="?",
+        default=None,
+        help="algorithm: "
+        + "; ".join(f"{name} ({spec.summary})" for name, spec in registered_agents().items()),
+    )
     train.add_argument(
         "--env",
         default="CartPole-v1",
@@ -251,7 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="parallel environments per seed (default: the algorithm's)",
     )
     train.add_argument(
-        "--lr", type=_positive_float, default=None, help="learning rate (default: the algorithm's)"
+        "--lr",
+        type=_positive_float,
+        default=None,
+        help="learning rate, every one of the algorithm: "
+        + "; ".join(f"{name}: {', '.join(spec.learning_rates)}" for name, spec in registered_agents().items())
+        + " (default: the algorithm's)",
     )
     train.add_argument(
         "--checkpoint-every", type=_positive_int, default=50, help="updates between checkpoints (default: 50)"
@@ -263,33 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the update step eagerly (no torch.compile; needed for --env gym:ID)",
     )
     train.add_argument(
-        "--cpp-wrapper",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="compile the step with inductor's C++ wrapper (its kernels and the wrapper built as two "
-        "files), or with --no-cpp-wrapper its Python wrapper: on CPU, with the caching allocator, PPO "
-        "CartPole trained one seed in 8.8 s against 17.6 s and 8 vmapped seeds in 31.6 against 44.1 s, "
-        "for first compiles of 50 against 49 s and 82 against 81 s (2-core CPU); ppo takes it with "
-        "any --seeds, the other algorithms with --seeds 1 only (default: on for ppo on a CPU, off "
-        "otherwise)",
-    )
-    train.add_argument(
-        "--cpu-allocator",
-        choices=("caching", "default"),
-        default="caching",
-        help="CPU memory for tensors: funrl's caching allocator (funrl.allocator; a compiled step "
-        "allocates thousands of small buffers per update, which glibc's aligned malloc serves "
-        "slowly), with the process restarted once with glibc's per-thread malloc cache raised; or "
-        "torch's default allocator and glibc's settings as they are (default: caching)",
-    )
-    train.add_argument(
         "--threads",
         type=_positive_int,
         default=None,
-        help="torch's intra-op CPU threads for the run (torch.set_num_threads). One seed's small "
-        "kernels run fastest on one thread: PPO CartPole on a 2-core CPU (C++ wrapper) trained one "
-        "seed in 8.0-9.1 s on 1 thread against 12.4-14.0 s on 2; 8 vmapped seeds took 25.4-29.7 s "
-        "on 2 and 28.2-30.0 s on 1 (default: 1 for one ppo seed on a CPU, else torch's, one per core)",
+        help="torch's intra-op CPU threads for the run (torch.set_num_threads; default: torch's)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
@@ -308,31 +251,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``funrl`` with the arguments ``argv``; returns the exit status.
+
+    Bad options and unusable run folders exit 2, a training run stopped by a non-finite loss
+    (:class:`funrl.agents.NonFiniteError`) exits 1; either prints one ``funrl CMD: error:`` line.
+    """
+    from funrl.agents import NonFiniteError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as exc:
-        # Bad option values (and unusable run folders) are one line, not a traceback.
+    except (ValueError, TypeError, NonFiniteError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"funrl {args.command}: error: {message}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, NonFiniteError) else 2
 
 
 def cli() -> int:
-    """The ``funrl`` command and ``python -m funrl``: :func:`main` on ``sys.argv``.
-
-    ``train`` on funrl's allocator (the default) first restarts the process once with glibc's
-    per-thread malloc cache raised (:func:`funrl.allocator.exec_with_malloc_tunables`; glibc reads
-    it only at start-up), which costs one more ``import torch``.
-    """
-    argv = sys.argv[1:]
-    args = build_parser().parse_args(argv)
-    if args.command == "train" and args.cpu_allocator == "caching":
-        from funrl import allocator
-
-        allocator.exec_with_malloc_tunables(["-m", "funrl", *argv])
-    return main(argv)
+    """The ``funrl`` command and ``python -m funrl``: :func:`main` on ``sys.argv``."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":

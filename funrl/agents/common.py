@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,6 +23,8 @@ import torch
 
 from funrl import control, envs, random
 from funrl import tree as ftree
+from funrl.agents import registry
+from funrl.agents.networks import check_network
 from funrl.envs import wrappers
 from funrl.envs.gymnasium_bridge import host_env_of
 
@@ -31,27 +32,16 @@ __all__ = [
     "Agent",
     "BatchedEnvLike",
     "NonFiniteError",
-    "make_batched_env",
-    "seed_keys",
-    "train",
+    "check_finite",
     "evaluate",
+    "init_state",
+    "make_batched_env",
+    "make_step",
+    "seed_keys",
+    "sweepable_values",
+    "train",
     "with_num_envs",
-    "LOSS_TERMS",
-    "DEFAULT_CPP_WRAPPER_AGENTS",
-    "uses_cpp_wrapper_by_default",
 ]
-
-LOSS_TERMS = (
-    "loss",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "grad_norm",
-    "critic_loss",
-    "actor_loss",
-    "alpha_loss",
-    "q_loss",
-)
 
 
 class BatchedEnvLike(Protocol):
@@ -104,6 +94,7 @@ class ContinuousOffPolicyConfig(OffPolicySchedule):
     gamma: float = 0.99
     tau: float = 0.005
     learning_starts: int = 1_000
+    network: str = "auto"  # see funrl.agents.networks: an MLP, or MinAtar's CNN for [H, W, C] observations
     hidden_sizes: tuple[int, ...] = (256, 256)
     env_kwargs: tuple[tuple[str, Any], ...] = ()
 
@@ -137,29 +128,34 @@ def check_offpolicy_config(
     for name in ("gamma", "tau") + unit_interval:
         if not 0.0 <= getattr(config, name) <= 1.0:
             raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(config, name)}")
+    check_network(config.network)
 
 
-def init_hparams(hparams_type: type, config: Any, overrides: dict[str, Any], device: torch.device) -> Any:
-    """``hparams_type`` (a NamedTuple of float32 scalars): each field from ``overrides`` or ``config``.
+def sweepable_values(config: Any, overrides: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The value of each sweepable hyper-parameter in ``names``: ``overrides[name]``, else the
+    config's field of that name.
 
-    Raises ValueError naming any override that is not a field (not sweepable).
+    Every agent's ``init(key, **overrides)`` goes through here, so an unknown name (a typo such as
+    ``lr``) raises a ValueError naming ``hparams`` and the sweepable names, for every agent.
     """
-    fields = hparams_type._fields
-    unknown = set(overrides) - set(fields)
+    unknown = sorted(set(overrides) - set(names))
     if unknown:
-        raise ValueError(f"hparams: unknown {sorted(unknown)}; sweepable: {fields}")
+        raise ValueError(f"hparams: unknown {unknown}; sweepable: {list(names)}")
+    return {name: overrides.get(name, getattr(config, name)) for name in names}
+
+
+def float32_tensors(hparams_type: type, values: dict[str, Any], device: torch.device) -> Any:
+    """``hparams_type`` (a NamedTuple) with each field ``values[field]`` as a float32 scalar tensor."""
     return hparams_type(
         **{
-            name: torch.as_tensor(
-                overrides.get(name, getattr(config, name)), dtype=torch.float32, device=device
-            )
-            for name in fields
+            name: torch.as_tensor(values[name], dtype=torch.float32, device=device)
+            for name in hparams_type._fields
         }
     )
 
 
-def dense(tree: Any) -> Any:
-    """Every leaf with standard strides (a copy where needed).
+def contiguous_copy(tree: Any) -> Any:
+    """Every leaf copied with standard strides.
 
     ``scan`` under ``torch.compile`` checks that the carry keeps its metadata, strides included;
     with one environment, reset returns size-1 views whose strides (e.g. ``(4,)`` or ``(0,)``)
@@ -171,14 +167,15 @@ def dense(tree: Any) -> Any:
 def replay_example(obs: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
     """One replay item: ``obs``, ``action`` (like the given one), ``reward``, ``next_obs``, ``terminated``.
 
-    ``obs`` is the batched ``[num_envs, ...]`` observation; observations are stored as float32.
+    ``obs`` is the batched ``[num_envs, ...]`` observation; observations are stored in their own
+    dtype (MinAtar's bool frames stay bool) and the networks cast them at their input.
     """
     device = obs.device
     return {
-        "obs": obs[0].to(torch.float32),
+        "obs": obs[0],
         "action": action,
         "reward": torch.zeros((), dtype=torch.float32, device=device),
-        "next_obs": obs[0].to(torch.float32),
+        "next_obs": obs[0],
         "terminated": torch.zeros((), dtype=torch.bool, device=device),
     }
 
@@ -197,13 +194,8 @@ def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
     return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
 
 
-def sgd(params: Any, updates: Any, lr: torch.Tensor) -> Any:
-    """``params - lr * updates`` (Adam's direction, the learning rate a tensor so it can be swept)."""
-    return ftree.map(lambda p, u: p - lr * u, params, updates)
-
-
 class NonFiniteError(FloatingPointError):
-    """A loss term or gradient became NaN or infinite; names the update, the seed and the term."""
+    """A metric (a loss, a gradient norm, ...) became NaN or infinite; names the update, the seed and the metric."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,97 +313,13 @@ def _check_host_env(agent: Agent, batched: bool, compile: bool) -> None:
         )
 
 
-VMAPPED_CPP_WRAPPER_AGENTS = frozenset({"ppo"})
-"""Agents whose vmapped (multi-seed) step compiles with inductor's C++ wrapper.
-
-Under torch 2.13 the C++ wrapper frees the handle of a ``scan`` body's loop-invariant input after
-its first use when that input is a per-seed scalar (0-d per seed, ``[S]`` batched) the body
-closes over, and the next iteration crashes the process (a segfault; reproduced with a vmapped
-6-line scan; a closed-over ``[S, 1]`` or ``[S, 3]`` tensor, or a carried scalar, runs fine).
-PPO carries its hyper-parameters through the minibatch loop instead (tests/agents/test_ppo.py).
-DQN, SAC and TD3 read the replay buffer, whose write counter is such a scalar, from their
-gradient loop's closure, and carrying a whole buffer through the loop is no option. In scratch
-runs DQN's vmapped step crashed with the C++ wrapper and SAC's and TD3's failed to compile (C++
-errors in the generated wrapper; TD3's: buffer handles declared twice), so they are refused. The
-double declarations came from loops of one iteration (SAC's and TD3's defaults: one env step and
-one gradient step per update), which :func:`funrl.control.scan` now traces inline; with that their
-one-seed steps compile with the C++ wrapper. Their vmapped steps were not tried again.
-"""
-
-
-DEFAULT_CPP_WRAPPER_AGENTS = frozenset({"ppo"})
-"""Agents whose compiled CPU step ``funrl train`` builds with inductor's C++ wrapper unless told
-``--no-cpp-wrapper``.
-
-PPO's update is loops of small kernels (a 128-step rollout, 16 minibatch steps), where the Python
-wrapper's per-call cost dominates: in one run (2-core CPU, ``benchmarks/agents.py``, BENCHMARKS.md)
-one seed trained in 8.8 s with the C++ wrapper against 17.6 s (SB3: 106.4 s), 8 vmapped seeds in
-31.6 against 44.1 s, for first compiles of 50.0 against 48.8 s and 82.0 against 80.6 s (the kernels
-and the wrapper built as two files, :data:`funrl.control.CPP_WRAPPER_OPTIONS`). DQN, SAC and TD3
-keep the Python wrapper: their vmapped steps crash or fail to compile with the C++ one (see
-:data:`VMAPPED_CPP_WRAPPER_AGENTS`), and SAC's and TD3's one-seed steps, matrix products, gained
-nothing measurable from it. Off the CPU (CUDA graphs are the tool there) nothing is measured yet.
-"""
-
-
-def uses_cpp_wrapper_by_default(algo: str, device: str | torch.device, compile: bool) -> bool:
-    """Whether ``funrl train`` compiles ``algo``'s step with the C++ wrapper when neither
-    ``--cpp-wrapper`` nor ``--no-cpp-wrapper`` is given (see :data:`DEFAULT_CPP_WRAPPER_AGENTS`)."""
-    return compile and algo in DEFAULT_CPP_WRAPPER_AGENTS and torch.device(device).type == "cpu"
-
-
-ONE_THREAD_AGENTS = frozenset({"ppo"})
-"""Agents whose one-seed CPU run ``funrl train`` runs on one torch thread unless ``--threads`` says
-otherwise.
-
-A one-seed PPO step is loops of kernels too small to split across cores: a second thread only
-adds OpenMP and MKL hand-offs. PPO CartPole, 500k steps, C++ wrapper (``benchmarks/agents.py
---threads 1|2``, BENCHMARKS.md): on a 2-core Intel Xeon 8.0 / 9.1 s on one thread against 14.0 /
-12.4 s on two (and 5.9 against 6.7 s in a faster phase of that machine), on a 2-core AMD EPYC 13.3
-against 15.1 s. Several vmapped seeds keep torch's default (one thread per core): eight seeds took
-38.3 s on two threads against 52.9 s on one on the AMD machine, 25.4-29.7 against 28.2-30.0 s on
-the Intel one. SAC's and TD3's steps are 256-wide matrix products, which BLAS does split, and were
-not measured on one thread against two, so they keep torch's default too.
-"""
-
-
-def default_threads(algo: str, num_seeds: int, device: str | torch.device) -> int | None:
-    """The torch CPU threads ``funrl train`` sets when ``--threads`` is not given: 1 for one seed of
-    an agent in :data:`ONE_THREAD_AGENTS` on a CPU, None (torch's default) otherwise."""
-    one_seed_on_cpu = num_seeds == 1 and torch.device(device).type == "cpu"
-    return 1 if one_seed_on_cpu and algo in ONE_THREAD_AGENTS else None
-
-
-def check_compile_options(algo: str, batched: bool, compile: bool, options: dict[str, Any] | None) -> None:
-    """Refuse inductor's C++ wrapper for a vmapped step of an agent outside
-    :data:`VMAPPED_CPP_WRAPPER_AGENTS`: a ValueError naming ``options``, raised before anything is
-    compiled or written."""
-    if batched and compile and (options or {}).get("cpp_wrapper") and algo not in VMAPPED_CPP_WRAPPER_AGENTS:
-        raise ValueError(
-            f"options: cpp_wrapper=True is refused for a vmapped (multi-seed) {algo} step; it crashes "
-            f"torch 2.13 there (it works for {', '.join(sorted(VMAPPED_CPP_WRAPPER_AGENTS))}). Train "
-            "one seed per process with it, or drop it"
-        )
-
-
-def make_step(
-    agent: Agent,
-    batched: bool,
-    compile: bool,
-    mode: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> Callable:
+def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = None) -> Callable:
     """``step(train_state, run_key) -> (train_state, metrics)``: update keyed by ``fold_in(run_key, count)``.
 
-    ``mode`` and ``options`` go to :func:`funrl.control.compile` (e.g. ``{"cpp_wrapper": True}``:
-    inductor's C++ wrapper, which on CPU runs a one-seed PPO update about 2x as fast as the
-    default Python wrapper on :mod:`funrl.allocator`'s caching allocator, about 1.5x without it,
-    and, built as two files (:data:`funrl.control.CPP_WRAPPER_OPTIONS`), compiles as fast; see
-    BENCHMARKS.md). For a vmapped step it is
-    refused except for the agents in :data:`VMAPPED_CPP_WRAPPER_AGENTS` (a torch 2.13 crash).
+    ``batched``: vmapped over a leading seed dimension of both. ``compile``: one graph, built by
+    :func:`funrl.control.compile` (``mode`` as there, e.g. ``"reduce-overhead"`` for CUDA graphs).
     """
     _check_host_env(agent, batched, compile)
-    check_compile_options(agent.name, batched, compile, options)
 
     def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
         return agent.update(state, random.fold_in(run_key, state.update_count))
@@ -421,27 +329,8 @@ def make_step(
         # Static, as jax.jit: every config's floats are constants of its own graph. With dynamo's
         # automatic dynamism a second config compiled in the same process turns a closed-over float
         # (a learning rate, tau) into a SymFloat, which the scan op refuses as an input.
-        fn = control.compile(fn, fullgraph=True, dynamic=False, mode=mode, options=options)
-        if batched and (options or {}).get("cpp_wrapper"):
-            fn = _refusing_one_seed(fn)
+        fn = control.compile(fn, fullgraph=True, dynamic=False, mode=mode)
     return fn
-
-
-def _refusing_one_seed(compiled: Callable) -> Callable:
-    """``compiled`` (a vmapped step built with the C++ wrapper), refusing a batch of one seed: torch
-    2.13's generated wrapper segfaults on it (reproduced with PPO, with one build file and two), so
-    the process would die without a word. :func:`train` steps such a run unbatched instead."""
-
-    def step(state: Any, run_key: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
-        if run_key.shape[0] == 1:
-            raise ValueError(
-                "run_key: a vmapped step built with cpp_wrapper=True got a batch of one seed, which "
-                "crashes torch 2.13's C++ wrapper; squeeze the seed dimension and use "
-                "make_step(batched=False), as common.train does"
-            )
-        return compiled(state, run_key)
-
-    return step
 
 
 def init_state(
@@ -469,17 +358,17 @@ def init_state(
 
 
 def check_finite(
-    metrics: dict[str, torch.Tensor], first_update: int, terms: tuple[str, ...] = LOSS_TERMS
+    metrics: dict[str, torch.Tensor], first_update: int, may_be_nan: frozenset[str] = registry.MAY_BE_NAN
 ) -> None:
-    """Raise :class:`NonFiniteError` naming the update, seed and term of the first non-finite value.
+    """Raise :class:`NonFiniteError` naming the update, seed and metric of the first non-finite value
+    of any metric outside ``may_be_nan`` (losses, gradient norms and every other metric an agent adds).
 
     ``metrics[name]`` has shape ``[updates]`` or ``[updates, seeds]`` (host tensors); its first row
     is update number ``first_update`` (1-based: the state after it has ``update_count`` equal to it).
     """
-    for name in terms:
-        if name not in metrics:
+    for name, values in metrics.items():
+        if name in may_be_nan:
             continue
-        values = metrics[name]
         bad = ~torch.isfinite(values)
         if bool(bad.any()):
             where = torch.nonzero(bad)[0].tolist()
@@ -502,7 +391,6 @@ def train(
     callback: Callable[[int, Any, dict[str, torch.Tensor]], None] | None = None,
     log_every: int = 10,
     compile_mode: str | None = None,
-    compile_options: dict[str, Any] | None = None,
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train ``agent`` from ``key`` (``[2]``: one seed; ``[S, 2]``: ``S`` seeds vmapped).
 
@@ -511,13 +399,18 @@ def train(
 
     Args:
         compile: compile the update step once with ``torch.compile(fullgraph=True)``.
-        compile_mode, compile_options: ``mode`` and ``options`` of :func:`make_step`.
+        compile_mode: ``mode`` of :func:`make_step`.
         hparams: overrides of sweepable hyper-parameters; a tensor with leading ``[S]`` gives
             one value per seed (a sweep in one call).
         state, run_key: continue from a train state (resume); both or neither.
         num_updates: how many updates to run (default: until ``agent.num_updates`` in total).
         callback: ``callback(update_index, state, host_metrics)`` every ``log_every`` updates,
             after the metrics were checked for non-finite values (checkpointing goes here).
+
+    Raises:
+        NonFiniteError: a metric became NaN or infinite (every metric but those the agent's
+            registration declares may be NaN, :func:`funrl.agents.registry.may_be_nan`); the
+            callback has not seen that stretch of updates.
 
     Returns:
         ``(train_state, metrics)`` with every metric stacked over updates (``[U]`` or ``[U, S]``).
@@ -531,9 +424,8 @@ def train(
     done = int(state.update_count.reshape(-1)[0])
     remaining = agent.num_updates - done if num_updates is None else num_updates
     # A vmapped run of one seed (a [1, 2] key, as `funrl train` makes) steps unbatched, on views
-    # without the seed dimension: vmapped seed i equals the single run of seed i, the unbatched
-    # step is faster, and torch 2.13's C++ wrapper crashes on the vmapped step of a single seed.
-    # Callbacks and the result see the seed dimension as before.
+    # without the seed dimension: vmapped seed i equals the single run of seed i, and one seed
+    # needs no vmap. Callbacks and the result see the seed dimension as before.
     one_seed = batched and key.shape[0] == 1
     if one_seed:
         state, run_key = ftree.map(lambda x: x.squeeze(0), state), run_key.squeeze(0)
@@ -544,7 +436,8 @@ def train(
     def host_with_seed_dim(host: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.unsqueeze(-1) for k, v in host.items()} if one_seed else host
 
-    step = make_step(agent, batched and not one_seed, compile, compile_mode, compile_options)
+    step = make_step(agent, batched and not one_seed, compile, compile_mode)
+    may_be_nan = registry.may_be_nan(agent.name)
     history: list[dict[str, torch.Tensor]] = []
     pending: list[dict[str, torch.Tensor]] = []
     for i in range(done, done + remaining):
@@ -554,7 +447,7 @@ def train(
         if len(pending) >= log_every or last:
             host = {k: torch.stack([m[k] for m in pending]).detach().cpu() for k in pending[0]}
             host = host_with_seed_dim(host)
-            check_finite(host, i + 2 - len(pending))
+            check_finite(host, i + 2 - len(pending), may_be_nan)
             history.append(host)
             pending = []
             if callback is not None:
@@ -607,8 +500,3 @@ def evaluate(
         if bool(finished.all()):
             break
     return returns
-
-
-def mean_finite(x: torch.Tensor) -> float:
-    finite = x[torch.isfinite(x)]
-    return float(finite.mean()) if finite.numel() else math.nan

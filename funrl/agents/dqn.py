@@ -33,7 +33,6 @@ the new rows and ``state`` is stale. What holds (tested): two fresh copies of a 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import torch
@@ -46,17 +45,23 @@ from funrl.agents.common import (
     BatchedEnvLike,
     OffPolicySchedule,
     check_offpolicy_config,
-    dense,
+    contiguous_copy,
     episode_metrics,
-    init_hparams,
     make_batched_env,
     masked,
     replay_example,
-    sgd,
+    sweepable_values,
 )
+from funrl.agents.networks import make_network
+from funrl.agents.registry import register_agent
 from funrl.control import scan
 
-__all__ = ["DQNConfig", "DQNHyperParams", "DQNTrainState", "make_train", "linear_epsilon"]
+__all__ = ["NAME", "SWEEPABLE", "DQNConfig", "DQNTrainState", "make_train", "linear_epsilon"]
+
+NAME = "dqn"
+
+SWEEPABLE = ("learning_rate",)
+"""Names ``init(key, **hparams)`` takes; the learning rate lives in the optimiser state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +85,7 @@ class DQNConfig(OffPolicySchedule):
     learning_starts: int = 1_000
     double_q: bool = True
     loss_type: str = "mse"
+    network: str = "auto"  # see funrl.agents.networks: an MLP, or MinAtar's CNN for [H, W, C] observations
     hidden_sizes: tuple[int, ...] = (120, 84)
     env_kwargs: tuple[tuple[str, Any], ...] = ()
 
@@ -100,22 +106,15 @@ class DQNConfig(OffPolicySchedule):
             raise ValueError(f"loss_type: expected 'mse' or 'huber', got {self.loss_type!r}")
 
 
-class DQNHyperParams(NamedTuple):
-    """Sweepable hyper-parameters, float32 scalar tensors in the train state."""
-
-    learning_rate: torch.Tensor
-
-
 class DQNTrainState(NamedTuple):
     params: dict[str, torch.Tensor]
     target_params: dict[str, torch.Tensor]
-    opt_state: Any
+    opt_state: Any  # inject_hyperparams(adam): the learning rate is a tensor of it (sweepable)
     buffer: buffers.FlatState
     env_state: Any
     obs: torch.Tensor
     update_count: torch.Tensor
     gradient_count: torch.Tensor
-    hparams: DQNHyperParams
 
 
 def linear_epsilon(start_e: float, end_e: float, duration: float, step: torch.Tensor) -> torch.Tensor:
@@ -158,34 +157,40 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
     if continuous:
         arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
         raise ValueError(f"{arg}: DQN needs discrete actions, {name} has a Box action space")
-    obs_space = benv.observation_space(env_params)
+    obs_shape = tuple(benv.observation_space(env_params).shape)
     num_actions = benv.action_space(env_params).n
-    obs_dim = math.prod(obs_space.shape)
-    module = nets.QNetwork(obs_dim, num_actions, config.hidden_sizes)
+    module = make_network(
+        config.network,
+        obs_shape,
+        config.hidden_sizes,
+        lambda features, hidden: nets.QNetwork(features, num_actions, hidden),
+    )
     buffer = buffers.flat(config.buffer_size)
-    tx = optim.scale_by_adam()
     exploration_steps = max(config.exploration_fraction * config.total_steps, 1.0)
     target_period = config.target_network_frequency // config.train_frequency
 
+    def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
+        return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
+
+    tx = optimizer(config.learning_rate)
+
     def q_values(params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        flat = obs.reshape(*obs.shape[: obs.dim() - len(obs_space.shape)], obs_dim).to(torch.float32)
-        return nets.apply(module, params, flat)
+        return nets.apply(module, params, obs)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> DQNTrainState:
-        hparams = init_hparams(DQNHyperParams, config, hparam_overrides, device)
+        values = sweepable_values(config, hparam_overrides, SWEEPABLE)
         key_params, key_env = random.split(key)
         params = {k: v.to(device) for k, v in nets.init(module, key_params).items()}
         obs, env_state = benv.reset(key_env.to(device), env_params)
         return DQNTrainState(
             params=params,
             target_params=ftree.map(torch.clone, params),
-            opt_state=tx.init(params),
+            opt_state=optimizer(values["learning_rate"]).init(params),
             buffer=buffer.init(replay_example(obs, torch.zeros((), dtype=torch.int64, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
             gradient_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=hparams,
         )
 
     def loss_fn(params, target_params, batch: dict[str, torch.Tensor]):
@@ -210,28 +215,32 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             return epsilon_greedy(k, q_values(state.params, obs).detach(), epsilon), {}
 
         rollout_state, traj = envs.rollout(
-            benv, env_params, act, key_rollout, dense((state.obs, state.env_state)), config.num_steps
+            benv,
+            env_params,
+            act,
+            key_rollout,
+            contiguous_copy((state.obs, state.env_state)),
+            config.num_steps,
         )
         n = config.steps_per_update
         transitions = {
-            "obs": traj.obs.reshape(n, *obs_space.shape).to(torch.float32),
+            "obs": traj.obs.reshape(n, *obs_shape),
             "action": traj.action.reshape(n).to(torch.int64),
             "reward": traj.reward.reshape(n).to(torch.float32),
-            "next_obs": traj.final_obs.reshape(n, *obs_space.shape).to(torch.float32),
+            "next_obs": traj.final_obs.reshape(n, *obs_shape),
             "terminated": traj.terminated.reshape(n),
         }
         buffer_state = buffer.add(state.buffer, transitions)
         # Training is on once the buffer holds learning_starts transitions (CleanRL's
         # `global_step > learning_starts`), decided by a mask rather than a branch.
         active = state.update_count * n + n > config.learning_starts
-        lr = state.hparams.learning_rate
 
         def gradient_step(carry, step_key):
             params, target_params, opt_state, count = carry
             batch = buffer.sample(buffer_state, step_key, config.batch_size).items
             grads, (loss, metrics) = grad_fn(params, target_params, batch)
             updates, new_opt_state = tx.update(grads, opt_state, params)
-            new_params = sgd(params, updates, lr)
+            new_params = optim.apply_updates(params, updates)
             new_count = count + active.to(count.dtype)
             refresh = active & (new_count % target_period == 0)
             new_target = L.polyak(target_params, new_params, config.tau)
@@ -259,7 +268,6 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             obs=rollout_state.obs,
             update_count=state.update_count + 1,
             gradient_count=gradient_count,
-            hparams=state.hparams,
         )
         return new_state, metrics
 
@@ -267,7 +275,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         return q_values(params, obs).argmax(dim=-1)
 
     return Agent(
-        name="dqn",
+        name=NAME,
         config=config,
         init=init,
         update=update,
@@ -278,3 +286,13 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         env_params=env_params,
         device=device,
     )
+
+
+register_agent(
+    NAME,
+    DQNConfig,
+    make_train,
+    summary="DQN with Double-DQN targets, discrete actions",
+    action_spaces=("discrete",),
+    learning_rates=("learning_rate",),
+)

@@ -13,8 +13,12 @@ with tanh 64x64 MLPs. Continuous actions use a state-independent log-std (CleanR
 ``ppo_continuous_action.py``) and, by default, observation and reward normalisation wrappers
 whose running statistics the whole env batch shares (gymnasium's vector wrappers, as CleanRL).
 
-Hyper-parameters marked sweepable (``learning_rate``, ``ent_coef``, ``clip_eps``, ``vf_coef``)
-live as tensors in the train state, so ``vmap`` over train states runs a sweep in one call.
+Observations of shape ``[H, W, C]`` (MinAtar) get MinAtar's baseline CNN with one linear layer
+per head instead of the MLPs (``network``, see :mod:`funrl.agents.networks`).
+
+The sweepable hyper-parameters (:data:`SWEEPABLE`) live as tensors in the train state -- the
+learning rate in the optimiser's state (``funrl.optim.inject_hyperparams``), the loss
+coefficients in ``hparams`` -- so ``vmap`` over train states runs a sweep in one call.
 Truncated episodes bootstrap from ``V(final_obs)``; terminated ones do not.
 """
 
@@ -28,12 +32,23 @@ import torch
 
 from funrl import envs, nets, optim, random
 from funrl import losses as L
-from funrl.agents.common import Agent, BatchedEnvLike, episode_metrics, make_batched_env, sgd
+from funrl.agents.common import (
+    Agent,
+    BatchedEnvLike,
+    episode_metrics,
+    float32_tensors,
+    make_batched_env,
+    sweepable_values,
+)
+from funrl.agents.networks import check_network, make_network
+from funrl.agents.registry import register_agent
 from funrl.control import scan
 from funrl.nets import distributions
 from funrl.nets.initializers import orthogonal
 
-__all__ = ["PPOConfig", "PPOHyperParams", "PPOTrainState", "make_train"]
+__all__ = ["NAME", "SWEEPABLE", "PPOConfig", "PPOHyperParams", "PPOTrainState", "make_train", "learning_rate"]
+
+NAME = "ppo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +70,7 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
+    network: str = "auto"  # see funrl.agents.networks: an MLP, or MinAtar's CNN for [H, W, C] observations
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     normalize_obs: bool | None = None  # None: on for continuous actions, off for discrete
@@ -82,6 +98,7 @@ class PPOConfig:
         for name in ("learning_rate", "clip_eps", "max_grad_norm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: expected a value > 0, got {getattr(self, name)}")
+        check_network(self.network)
 
     @property
     def num_updates(self) -> int:
@@ -93,28 +110,29 @@ class PPOConfig:
 
 
 class PPOHyperParams(NamedTuple):
-    """The sweepable hyper-parameters, as float32 scalar tensors."""
+    """The loss coefficients, float32 scalar tensors (the learning rate is in the optimiser state)."""
 
-    learning_rate: torch.Tensor
     ent_coef: torch.Tensor
     clip_eps: torch.Tensor
     vf_coef: torch.Tensor
 
 
+SWEEPABLE = ("learning_rate", *PPOHyperParams._fields)
+"""Names ``init(key, **hparams)`` (and ``train(..., hparams=...)``) takes; any other raises."""
+
+
 class PPOTrainState(NamedTuple):
     params: dict[str, torch.Tensor]
-    opt_state: Any
+    opt_state: Any  # (clip, inject_hyperparams(adam) holding the learning rate[, annealing])
     env_state: Any
     obs: torch.Tensor
     update_count: torch.Tensor
     hparams: PPOHyperParams
 
 
-def _hparams(config: PPOConfig, device: torch.device, **overrides: Any) -> PPOHyperParams:
-    values = {name: overrides.get(name, getattr(config, name)) for name in PPOHyperParams._fields}
-    return PPOHyperParams(
-        **{k: torch.as_tensor(v, dtype=torch.float32, device=device) for k, v in values.items()}
-    )
+def learning_rate(state: PPOTrainState) -> torch.Tensor:
+    """The base learning rate a train state holds (before annealing), a float32 scalar tensor."""
+    return state.opt_state[1].hyperparams["learning_rate"]
 
 
 def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
@@ -137,36 +155,54 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         config.normalize_obs,
         config.normalize_reward,
     )
-    obs_space = benv.observation_space(env_params)
+    obs_shape = tuple(benv.observation_space(env_params).shape)
     act_space = benv.action_space(env_params)
-    obs_dim = math.prod(obs_space.shape)
     action_dim = act_space.shape[-1] if continuous else act_space.n
-    module = nets.ActorCritic(
-        obs_dim, action_dim, config.hidden_sizes, config.activation, continuous=continuous
+    module = make_network(
+        config.network,
+        obs_shape,
+        config.hidden_sizes,
+        lambda features, hidden: nets.ActorCritic(
+            features, action_dim, hidden, config.activation, continuous=continuous
+        ),
     )
+    head_gains = {f"head.{name}": init for name, init in module.head.ppo_overrides().items()}
     dist = distributions.normal if continuous else distributions.categorical
-    # Adam's rescaling under global-norm clipping; the (annealed, sweepable) learning rate is
-    # applied by hand so that it can be a tensor in the train state.
-    tx = optim.chain(optim.clip_by_global_norm(config.max_grad_norm), optim.scale_by_adam(eps=1e-5))
     num_updates = config.num_updates
     batch_size = config.steps_per_update
     minibatch_size = batch_size // config.num_minibatches
+    gradient_steps = config.update_epochs * config.num_minibatches
+
+    def annealing(count: torch.Tensor) -> torch.Tensor:
+        """CleanRL's linear annealing: ``1 - i / num_updates`` through update ``i`` (from 0)."""
+        return 1.0 - (count // gradient_steps).to(torch.float32) / num_updates
+
+    def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
+        """Adam (eps 1e-5) under global-norm clipping; the rate a tensor of its state (sweepable)."""
+        adam = optim.inject_hyperparams(optim.adam, static_args=("eps",))(learning_rate=lr, eps=1e-5)
+        parts = [optim.clip_by_global_norm(config.max_grad_norm), adam]
+        if config.anneal_lr:
+            parts.append(optim.scale_by_schedule(annealing))
+        return optim.chain(*parts)
+
+    tx = optimizer(config.learning_rate)
 
     def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
-        return nets.apply(module, params, obs.reshape(*obs.shape[: obs.dim() - len(obs_space.shape)], -1))
+        return nets.apply(module, params, obs)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> PPOTrainState:
+        values = sweepable_values(config, hparam_overrides, SWEEPABLE)
         key_params, key_env = random.split(key)
-        params = nets.init(module, key_params, orthogonal(math.sqrt(2.0)), module.ppo_overrides())
+        params = nets.init(module, key_params, orthogonal(math.sqrt(2.0)), head_gains)
         params = {k: v.to(device) for k, v in params.items()}
         obs, env_state = benv.reset(key_env.to(device), env_params)
         return PPOTrainState(
             params=params,
-            opt_state=tx.init(params),
+            opt_state=optimizer(values["learning_rate"]).init(params),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=_hparams(config, device, **hparam_overrides),
+            hparams=float32_tensors(PPOHyperParams, values, device),
         )
 
     def act(key: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
@@ -227,33 +263,25 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         }
         data = {k: v.reshape(batch_size, *v.shape[2:]) for k, v in data.items()}
         hp = state.hparams
-        if config.anneal_lr:
-            frac = 1.0 - state.update_count.to(torch.float32) / num_updates
-            lr = hp.learning_rate * frac
-        else:
-            lr = hp.learning_rate
 
-        # One vmapped permutation for all epochs: each Threefry call site costs inductor ~15 s of
-        # compile time on a CPU, so the epochs share one.
+        # One vmapped permutation for all epochs: each Threefry call site costs inductor compile
+        # time, so the epochs share one.
         epoch_keys = random.split(key_epochs, config.update_epochs)
         orders = torch.func.vmap(lambda k: random.permutation(k, batch_size))(epoch_keys)
-        orders = orders.reshape(config.update_epochs * config.num_minibatches, minibatch_size)
+        orders = orders.reshape(gradient_steps, minibatch_size)
 
-        # The hyper-parameters ride in the carry rather than in the step's closure: under vmap a
-        # closed-over per-seed scalar makes inductor's C++ wrapper (torch 2.13) free its handle
-        # after the loop's first use and crash on the next (see VMAPPED_CPP_WRAPPER_AGENTS).
-        def sgd_step(carry, idx):
-            params, opt_state, hp, lr = carry
+        def gradient_step(carry, idx):
+            params, opt_state = carry
             minibatch = {k: v[idx] for k, v in data.items()}
             grads, (loss, metrics) = grad_fn(params, hp, minibatch)
             updates, opt_state = tx.update(grads, opt_state, params)
-            params = sgd(params, updates, lr)
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
-            return (params, opt_state, hp, lr), metrics
+            return (optim.apply_updates(params, updates), opt_state), metrics
 
-        (params, opt_state, _, _), step_metrics = scan(
-            sgd_step, (state.params, state.opt_state, hp, lr), orders
-        )
+        (params, opt_state), step_metrics = scan(gradient_step, (state.params, state.opt_state), orders)
+        lr = learning_rate(state)
+        if config.anneal_lr:
+            lr = lr * annealing(state.update_count * gradient_steps)
         info = traj.info
         metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode_metrics(info), learning_rate=lr)
@@ -273,7 +301,7 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         return dist.mode(*dist_params)
 
     return Agent(
-        name="ppo",
+        name=NAME,
         config=config,
         init=init,
         update=update,
@@ -284,3 +312,13 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         env_params=env_params,
         device=device,
     )
+
+
+register_agent(
+    NAME,
+    PPOConfig,
+    make_train,
+    summary="PPO, discrete or continuous actions",
+    action_spaces=("discrete", "continuous"),
+    learning_rates=("learning_rate",),
+)

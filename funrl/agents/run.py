@@ -19,7 +19,7 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,10 @@ import gymnasium
 import torch
 
 from funrl import envs
-from funrl.agents import common, dqn, ppo, sac, td3
+from funrl.agents import common, registry
 from funrl.agents.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 
 __all__ = [
-    "ALGORITHMS",
     "GYMNASIUM_PREFIX",
     "build_agent",
     "check_gymnasium_id",
@@ -41,13 +40,6 @@ __all__ = [
     "evaluate_run",
     "RunError",
 ]
-
-ALGORITHMS: dict[str, tuple[type, Callable[..., common.Agent]]] = {
-    "ppo": (ppo.PPOConfig, ppo.make_train),
-    "dqn": (dqn.DQNConfig, dqn.make_train),
-    "sac": (sac.SACConfig, sac.make_train),
-    "td3": (td3.TD3Config, td3.make_train),
-}
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
@@ -113,11 +105,17 @@ def check_gymnasium_id(env_id: str, arg: str = "env_id") -> None:
         ) from exc
 
 
+def agent_spec(algo: str) -> registry.AgentSpec:
+    """The registered agent ``algo``; a RunError naming ``algo`` and the known names otherwise."""
+    try:
+        return registry.get_agent(algo)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
 def build_agent(algo: str, config: Any, device: str) -> common.Agent:
     """The agent of ``algo`` for ``config``; a ``gym:ID`` env id builds it on ``from_gymnasium(ID)``."""
-    if algo not in ALGORITHMS:
-        raise RunError(f"algo: unknown algorithm {algo!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    make_train = ALGORITHMS[algo][1]
+    make_train = agent_spec(algo).make_train
     gym_id = gymnasium_id(config.env_id)
     if gym_id is None:
         return make_train(config, device=device)
@@ -164,8 +162,7 @@ def read_run(out: Path) -> tuple[str, Any, dict[str, Any]]:
     try:
         meta = json.loads(path.read_text())
         algo = meta["algo"]
-        cls = ALGORITHMS[algo][0]
-        config = _config_from_json(cls, meta["config"])
+        config = _config_from_json(agent_spec(algo).config_type, meta["config"])
     except (KeyError, json.JSONDecodeError, TypeError) as exc:
         raise RunError(f"out: {path} is not a valid run config ({exc})") from exc
     return algo, config, meta
@@ -215,34 +212,54 @@ def _rows(
     return rows
 
 
+def learning_curve(
+    rows: Iterable[dict[str, Any]], metric: str = "episode_return"
+) -> tuple[list[int], torch.Tensor]:
+    """``(env_steps, values)``: ``metric`` of every seed at every update of ``metrics.csv`` rows.
+
+    ``values`` is ``[len(env_steps), num_seeds]``. An update in which a seed finished no episode
+    (a NaN ``episode_return``) carries that seed's last finite value forward, as SB3's episode
+    buffer does, so every seed counts at every point; the points before every seed has a finite
+    value are left out.
+    """
+    by_step: dict[int, dict[int, float]] = {}
+    for row in rows:
+        by_step.setdefault(int(row["env_steps"]), {})[int(row["seed"])] = float(row[metric])
+    seeds = sorted({seed for values in by_step.values() for seed in values})
+    last = {seed: math.nan for seed in seeds}
+    steps, curve = [], []
+    for step in sorted(by_step):
+        for seed, value in by_step[step].items():
+            if math.isfinite(value):
+                last[seed] = value
+        if all(math.isfinite(last[seed]) for seed in seeds):
+            steps.append(step)
+            curve.append([last[seed] for seed in seeds])
+    return steps, torch.tensor(curve, dtype=torch.float64).reshape(len(steps), len(seeds))
+
+
 def plot_learning_curve(out: Path, metric: str = "episode_return") -> Path | None:
-    """Mean ± std over seeds of ``metric`` against env steps, from ``metrics.csv``; a PNG."""
+    """Mean ± std over seeds of ``metric`` against env steps (:func:`learning_curve`); a PNG, or
+    None when ``metrics.csv`` is missing or no point has a value for every seed."""
     path = out / METRICS
     if not path.exists():
+        return None
+    with path.open(newline="") as f:
+        steps, values = learning_curve(csv.DictReader(f), metric)
+    if not steps:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_step: dict[int, list[float]] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            value = float(row[metric])
-            if math.isfinite(value):
-                by_step.setdefault(int(row["env_steps"]), []).append(value)
-    if not by_step:
-        return None
-    steps = sorted(by_step)
-    t = torch.tensor([by_step[s] for s in steps if len(by_step[s]) == len(by_step[steps[-1]])])
-    xs = [s for s in steps if len(by_step[s]) == len(by_step[steps[-1]])]
-    mean = t.mean(dim=1)
-    std = t.std(dim=1, correction=0)
+    mean = values.mean(dim=1)
+    std = values.std(dim=1, correction=0)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.plot(xs, mean.tolist(), color="C0")
-    ax.fill_between(xs, (mean - std).tolist(), (mean + std).tolist(), color="C0", alpha=0.25)
+    ax.plot(steps, mean.tolist(), color="C0")
+    ax.fill_between(steps, (mean - std).tolist(), (mean + std).tolist(), color="C0", alpha=0.25)
     ax.set_xlabel("environment steps")
-    ax.set_ylabel(f"{metric} (mean ± std over {t.shape[1]} seeds)")
+    ax.set_ylabel(f"{metric} (mean ± std over {values.shape[1]} seeds)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     target = out / PLOT
@@ -264,16 +281,15 @@ def train_run(
     progress: bool = True,
     stop_after: int | None = None,
     log_every: int = 10,
-    compile_options: dict[str, Any] | None = None,
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train (or resume) a run in ``out``; returns the final train state and this call's metrics.
 
     Metrics are brought to the host (and checked for non-finite values) every ``log_every``
     updates; a checkpoint is written at the first such point at least ``checkpoint_every``
     updates after the previous one, and at the end. ``stop_after`` stops after that many
-    updates in total (for tests of interruption). ``compile_options`` are inductor options for the
-    compiled step (``{"cpp_wrapper": True}``: about 2x faster one-seed PPO steps on CPU; see
-    :data:`funrl.control.CPP_WRAPPER_OPTIONS`).
+    updates in total (for tests of interruption). A metric that becomes NaN or infinite stops the
+    run with :class:`~funrl.agents.common.NonFiniteError` before its rows or a checkpoint are
+    written, so the last checkpoint holds the last good state.
 
     A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
     resumed: the checkpoint holds only a version handle of the host env (``HostState``), while
@@ -299,7 +315,6 @@ def train_run(
                 f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
             )
         _check_host_run(config, num_seeds, compile)
-        common.check_compile_options(algo, num_seeds > 1, compile, compile_options)
         # Built before anything is written, so a bad env id leaves no half-made run folder.
         agent = build_agent(algo, config, device)
         out.mkdir(parents=True, exist_ok=True)
@@ -367,7 +382,6 @@ def train_run(
             num_updates=remaining,
             callback=on_log,
             log_every=log_every,
-            compile_options=compile_options,
         )
     finally:
         if bar is not None:

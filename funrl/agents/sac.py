@@ -40,17 +40,24 @@ from funrl.agents.common import (
     BatchedEnvLike,
     ContinuousOffPolicyConfig,
     check_offpolicy_config,
-    dense,
+    contiguous_copy,
     episode_metrics,
-    init_hparams,
     make_batched_env,
     masked,
     replay_example,
-    sgd,
+    sweepable_values,
 )
+from funrl.agents.networks import make_network
+from funrl.agents.registry import register_agent
 from funrl.control import scan
 
-__all__ = ["SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
+__all__ = ["NAME", "SWEEPABLE", "SACConfig", "SACTrainState", "make_train"]
+
+NAME = "sac"
+
+SWEEPABLE = ("policy_lr", "q_lr")
+"""Names ``init(key, **hparams)`` takes: the actor's rate, and the critics' and temperature's, each
+a tensor of its optimiser's state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,17 +78,10 @@ class SACConfig(ContinuousOffPolicyConfig):
             raise ValueError(f"alpha: expected a value > 0, got {self.alpha}")
 
 
-class SACHyperParams(NamedTuple):
-    """Sweepable hyper-parameters, float32 scalar tensors in the train state."""
-
-    policy_lr: torch.Tensor
-    q_lr: torch.Tensor
-
-
 class SACTrainState(NamedTuple):
     params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": stacked [2, ...]}
     target_critic: dict[str, torch.Tensor]
-    actor_opt: Any
+    actor_opt: Any  # inject_hyperparams(adam) states: the learning rates are tensors of them
     critic_opt: Any
     log_alpha: torch.Tensor
     alpha_opt: Any
@@ -89,7 +89,6 @@ class SACTrainState(NamedTuple):
     env_state: Any
     obs: torch.Tensor
     update_count: torch.Tensor
-    hparams: SACHyperParams
 
 
 class ContinuousSetup(NamedTuple):
@@ -98,13 +97,8 @@ class ContinuousSetup(NamedTuple):
     env: Any
     env_params: Any
     obs_shape: tuple[int, ...]
-    obs_dim: int
     action_dim: int
     to_env: Callable[[torch.Tensor], torch.Tensor]
-
-    def flat_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[..., *obs_shape] -> [..., obs_dim]`` float32, the networks' input."""
-        return obs.reshape(*obs.shape[: obs.dim() - len(self.obs_shape)], self.obs_dim).to(torch.float32)
 
 
 def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.device) -> ContinuousSetup:
@@ -126,14 +120,23 @@ def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.devi
     if not bool(torch.isfinite(low).all() & torch.isfinite(high).all()):
         raise ValueError(f"{arg}: expected finite action bounds, got low={space.low} high={space.high}")
     scale, bias = (high - low) / 2.0, (high + low) / 2.0
-    obs_shape = tuple(benv.observation_space(env_params).shape)
     return ContinuousSetup(
         env=benv,
         env_params=env_params,
-        obs_shape=obs_shape,
-        obs_dim=math.prod(obs_shape),
+        obs_shape=tuple(benv.observation_space(env_params).shape),
         action_dim=math.prod(space.shape),
         to_env=lambda a: a * scale + bias,
+    )
+
+
+def twin_critic(config: Any, setup: ContinuousSetup) -> torch.nn.Module:
+    """``Q(s, a)``: the critic network of SAC and TD3 (stacked twice into twin critics)."""
+    return make_network(
+        config.network,
+        setup.obs_shape,
+        config.hidden_sizes,
+        lambda features, hidden: nets.ContinuousQ(features, setup.action_dim, hidden),
+        critic=True,
     )
 
 
@@ -169,14 +172,14 @@ def collect(
         return setup.to_env(action), {"action": action}
 
     rollout_state, traj = envs.rollout(
-        setup.env, setup.env_params, act, key, dense((obs, env_state)), num_steps
+        setup.env, setup.env_params, act, key, contiguous_copy((obs, env_state)), num_steps
     )
     n = traj.reward.numel()
     transitions = {
-        "obs": traj.obs.reshape(n, *setup.obs_shape).to(torch.float32),
+        "obs": traj.obs.reshape(n, *setup.obs_shape),
         "action": traj.extras["action"].reshape(n, setup.action_dim),
         "reward": traj.reward.reshape(n).to(torch.float32),
-        "next_obs": traj.final_obs.reshape(n, *setup.obs_shape).to(torch.float32),
+        "next_obs": traj.final_obs.reshape(n, *setup.obs_shape),
         "terminated": traj.terminated.reshape(n),
     }
     return rollout_state, transitions, episode_metrics(traj.info)
@@ -194,17 +197,27 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         raise TypeError(f"config: expected a SACConfig, got {type(config).__name__}")
     device = torch.device(device)
     setup = continuous_setup(config, env, device)
-    actor = nets.GaussianActor(
-        setup.obs_dim, setup.action_dim, config.hidden_sizes, "relu", state_dependent_std=True
+    actor = make_network(
+        config.network,
+        setup.obs_shape,
+        config.hidden_sizes,
+        lambda features, hidden: nets.GaussianActor(
+            features, setup.action_dim, hidden, "relu", state_dependent_std=True
+        ),
     )
-    critic = nets.ContinuousQ(setup.obs_dim, setup.action_dim, config.hidden_sizes)
+    critic = twin_critic(config, setup)
     buffer = buffers.flat(config.buffer_size)
-    tx = optim.scale_by_adam()
     target_entropy = L.sac_target_entropy(setup.action_dim)
     n = config.steps_per_update
 
+    def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
+        return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
+
+    # The temperature steps with the critics' rate (CleanRL's q_lr).
+    actor_tx, critic_tx = optimizer(config.policy_lr), optimizer(config.q_lr)
+
     def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
-        hparams = init_hparams(SACHyperParams, config, hparam_overrides, device)
+        values = sweepable_values(config, hparam_overrides, SWEEPABLE)
         key_actor, key_critic, key_env = random.split(key, 3)
         actor_params, critic_params = init_actor_and_twin_critics(
             actor, critic, key_actor, key_critic, device
@@ -214,15 +227,14 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         return SACTrainState(
             params={"actor": actor_params, "critic": critic_params},
             target_critic=ftree.map(torch.clone, critic_params),
-            actor_opt=tx.init(actor_params),
-            critic_opt=tx.init(critic_params),
+            actor_opt=optimizer(values["policy_lr"]).init(actor_params),
+            critic_opt=optimizer(values["q_lr"]).init(critic_params),
             log_alpha=log_alpha,
-            alpha_opt=tx.init(log_alpha),
+            alpha_opt=optimizer(values["q_lr"]).init(log_alpha),
             buffer=buffer.init(replay_example(obs, torch.zeros(setup.action_dim, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=hparams,
         )
 
     critic_grad = torch.func.grad_and_value(L.sac_critic_objective, has_aux=True)
@@ -235,7 +247,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         actor_params = state.params["actor"]
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-            loc, scale = nets.apply(actor, actor_params, setup.flat_obs(obs))
+            loc, scale = nets.apply(actor, actor_params, obs)
             sampled = nets.distributions.tanh_normal.sample(k, loc.detach(), scale.detach())
             uniform = random.uniform(random.fold_in(k, 1), tuple(sampled.shape), minval=-1.0, maxval=1.0)
             return torch.where(warming_up, uniform, sampled)
@@ -245,7 +257,6 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         )
         buffer_state = buffer.add(state.buffer, transitions)
         active = state.update_count * n + n > config.learning_starts
-        hp = state.hparams
 
         def gradient_step(carry, step_key):
             params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
@@ -256,17 +267,17 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
                 params["critic"], params["actor"], target_critic, alpha, batch, key_critic,
                 actor=actor, critic=critic, gamma=config.gamma,
             )  # fmt: skip
-            updates, new_critic_opt = tx.update(critic_grads, critic_opt, params["critic"])
-            new_critic = sgd(params["critic"], updates, hp.q_lr)
+            updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
+            new_critic = optim.apply_updates(params["critic"], updates)
             actor_grads, (actor_loss, actor_metrics) = actor_grad(
                 params["actor"], new_critic, alpha, batch, key_actor, actor=actor, critic=critic
             )
-            updates, new_actor_opt = tx.update(actor_grads, actor_opt, params["actor"])
-            new_actor = sgd(params["actor"], updates, hp.policy_lr)
+            updates, new_actor_opt = actor_tx.update(actor_grads, actor_opt, params["actor"])
+            new_actor = optim.apply_updates(params["actor"], updates)
             if config.autotune:
                 alpha_g, (alpha_loss, _) = alpha_grad(log_alpha, actor_metrics["log_prob"], target_entropy)
-                update_alpha, new_alpha_opt = tx.update(alpha_g, alpha_opt, log_alpha)
-                new_log_alpha = log_alpha - hp.q_lr * update_alpha
+                update_alpha, new_alpha_opt = critic_tx.update(alpha_g, alpha_opt, log_alpha)
+                new_log_alpha = optim.apply_updates(log_alpha, update_alpha)
             else:
                 alpha_loss, new_alpha_opt, new_log_alpha = torch.zeros_like(log_alpha), alpha_opt, log_alpha
             new_target = L.polyak(target_critic, new_critic, config.tau)
@@ -306,16 +317,15 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             env_state=rollout_state.env_state,
             obs=rollout_state.obs,
             update_count=state.update_count + 1,
-            hparams=state.hparams,
         )
         return new_state, metrics
 
     def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
-        loc, _ = nets.apply(actor, params["actor"], setup.flat_obs(obs))
+        loc, _ = nets.apply(actor, params["actor"], obs)
         return setup.to_env(torch.tanh(loc))
 
     return Agent(
-        name="sac",
+        name=NAME,
         config=config,
         init=init,
         update=update,
@@ -326,3 +336,13 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         env_params=setup.env_params,
         device=device,
     )
+
+
+register_agent(
+    NAME,
+    SACConfig,
+    make_train,
+    summary="SAC with a learned temperature, continuous actions",
+    action_spaces=("continuous",),
+    learning_rates=("policy_lr", "q_lr"),
+)

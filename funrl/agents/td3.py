@@ -37,19 +37,33 @@ from funrl.agents.common import (
     BatchedEnvLike,
     ContinuousOffPolicyConfig,
     check_offpolicy_config,
-    init_hparams,
+    float32_tensors,
     masked,
     replay_example,
-    sgd,
+    sweepable_values,
 )
-from funrl.agents.sac import collect, continuous_setup, init_actor_and_twin_critics
+from funrl.agents.networks import make_network
+from funrl.agents.registry import register_agent
+from funrl.agents.sac import collect, continuous_setup, init_actor_and_twin_critics, twin_critic
 from funrl.control import scan
 
-__all__ = ["TD3Config", "TD3HyperParams", "TD3TrainState", "DeterministicActor", "make_train"]
+__all__ = [
+    "NAME",
+    "SWEEPABLE",
+    "TD3Config",
+    "TD3HyperParams",
+    "TD3TrainState",
+    "DeterministicActor",
+    "make_train",
+]
+
+NAME = "td3"
 
 
 class DeterministicActor(nn.Module):
     """``mu(s) = tanh(MLP(s))``: ``[..., obs_dim] -> [..., action_dim]`` in ``[-1, 1]`` (CleanRL's TD3 actor)."""
+
+    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
 
     def __init__(
         self,
@@ -89,16 +103,19 @@ class TD3Config(ContinuousOffPolicyConfig):
 
 
 class TD3HyperParams(NamedTuple):
-    """Sweepable hyper-parameters, float32 scalar tensors in the train state."""
+    """Float32 scalar tensors in the train state (the learning rate is in the optimisers' states)."""
 
-    learning_rate: torch.Tensor
     exploration_noise: torch.Tensor
+
+
+SWEEPABLE = ("learning_rate", *TD3HyperParams._fields)
+"""Names ``init(key, **hparams)`` takes; any other raises."""
 
 
 class TD3TrainState(NamedTuple):
     params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": stacked [2, ...]}
     target_params: dict[str, dict[str, torch.Tensor]]
-    actor_opt: Any
+    actor_opt: Any  # inject_hyperparams(adam) states: the learning rate is a tensor of each
     critic_opt: Any
     buffer: buffers.FlatState
     env_state: Any
@@ -120,14 +137,23 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         raise TypeError(f"config: expected a TD3Config, got {type(config).__name__}")
     device = torch.device(device)
     setup = continuous_setup(config, env, device)
-    actor = DeterministicActor(setup.obs_dim, setup.action_dim, config.hidden_sizes)
-    critic = nets.ContinuousQ(setup.obs_dim, setup.action_dim, config.hidden_sizes)
+    actor = make_network(
+        config.network,
+        setup.obs_shape,
+        config.hidden_sizes,
+        lambda features, hidden: DeterministicActor(features, setup.action_dim, hidden),
+    )
+    critic = twin_critic(config, setup)
     buffer = buffers.flat(config.buffer_size)
-    tx = optim.scale_by_adam()
     n = config.steps_per_update
 
+    def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
+        return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
+
+    tx = optimizer(config.learning_rate)
+
     def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
-        hparams = init_hparams(TD3HyperParams, config, hparam_overrides, device)
+        values = sweepable_values(config, hparam_overrides, SWEEPABLE)
         key_actor, key_critic, key_env = random.split(key, 3)
         actor_params, critic_params = init_actor_and_twin_critics(
             actor, critic, key_actor, key_critic, device
@@ -137,14 +163,14 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         return TD3TrainState(
             params=params,
             target_params=ftree.map(torch.clone, params),
-            actor_opt=tx.init(params["actor"]),
-            critic_opt=tx.init(params["critic"]),
+            actor_opt=optimizer(values["learning_rate"]).init(params["actor"]),
+            critic_opt=optimizer(values["learning_rate"]).init(params["critic"]),
             buffer=buffer.init(replay_example(obs, torch.zeros(setup.action_dim, device=device))),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
             gradient_count=torch.zeros((), dtype=torch.int64, device=device),
-            hparams=hparams,
+            hparams=float32_tensors(TD3HyperParams, values, device),
         )
 
     critic_grad = torch.func.grad_and_value(L.td3_critic_objective, has_aux=True)
@@ -157,7 +183,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         hp = state.hparams
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-            mu = nets.apply(actor, actor_params, setup.flat_obs(obs)).detach()
+            mu = nets.apply(actor, actor_params, obs).detach()
             noisy = (mu + hp.exploration_noise * random.normal(k, tuple(mu.shape))).clamp(-1.0, 1.0)
             uniform = random.uniform(random.fold_in(k, 1), tuple(mu.shape), minval=-1.0, maxval=1.0)
             return torch.where(warming_up, uniform, noisy)
@@ -178,13 +204,13 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
                 policy_noise=config.policy_noise, noise_clip=config.noise_clip,
             )  # fmt: skip
             updates, new_critic_opt = tx.update(critic_grads, critic_opt, params["critic"])
-            new_critic = sgd(params["critic"], updates, hp.learning_rate)
+            new_critic = optim.apply_updates(params["critic"], updates)
             # The delayed actor step uses the updated critics (CleanRL's order).
             actor_grads, (actor_loss, _) = actor_grad(
                 params["actor"], new_critic, batch, actor=actor, critic=critic
             )
             updates, new_actor_opt = tx.update(actor_grads, actor_opt, params["actor"])
-            new_actor = sgd(params["actor"], updates, hp.learning_rate)
+            new_actor = optim.apply_updates(params["actor"], updates)
             new_count = count + active.to(count.dtype)
             delayed = active & (new_count % config.policy_frequency == 0)
             new_params = {"actor": new_actor, "critic": new_critic}
@@ -227,10 +253,10 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         return new_state, metrics
 
     def greedy_action(params: dict[str, Any], obs: torch.Tensor) -> torch.Tensor:
-        return setup.to_env(nets.apply(actor, params["actor"], setup.flat_obs(obs)))
+        return setup.to_env(nets.apply(actor, params["actor"], obs))
 
     return Agent(
-        name="td3",
+        name=NAME,
         config=config,
         init=init,
         update=update,
@@ -241,3 +267,13 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         env_params=setup.env_params,
         device=device,
     )
+
+
+register_agent(
+    NAME,
+    TD3Config,
+    make_train,
+    summary="TD3, continuous actions",
+    action_spaces=("continuous",),
+    learning_rates=("learning_rate",),
+)

@@ -50,6 +50,22 @@ def check_vmapped_seeds_equal_single_runs(agent: common.Agent, num_updates: int,
         torch.testing.assert_close(metrics_v[loss][:, i], metrics_i[loss], rtol=1e-4, atol=1e-5)
 
 
+def check_learning_rate_sweep_equals_single_runs(
+    agent: common.Agent, name: str, num_updates: int, values: tuple[float, float] = (1e-2, 1e-4)
+) -> None:
+    """Two seeds from one key with the sweepable ``name`` at two ``values`` under vmap: each equals
+    the single run with its value, and they differ from each other."""
+    keys = torch.stack([random.key(7)] * 2)
+    swept = torch.tensor(values)
+    state_v, _ = common.train(agent, keys, compile=False, num_updates=num_updates, hparams={name: swept})
+    assert not tree.tree_allclose(tree.index(state_v.params, 0), tree.index(state_v.params, 1)), name
+    for i in range(2):
+        state_i, _ = common.train(
+            agent, keys[i], compile=False, num_updates=num_updates, hparams={name: float(swept[i])}
+        )
+        assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5), name
+
+
 def two_seed_checkpoint(algo: str, config: Any, make_train: Any, out: Path) -> tuple[common.Agent, Any, Any]:
     """``(agent, state, run_key)`` of two seeds after two updates, read back from a run's checkpoint."""
     run.train_run(algo, config, out, num_seeds=2, compile=False, progress=False, stop_after=2, log_every=1)

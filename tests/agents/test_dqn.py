@@ -1,20 +1,18 @@
-"""DQN agent: donated-buffer purity, seeds under vmap, schedules and masks, exact resume, errors, the CLI."""
+"""DQN agent: donated-buffer purity, seeds and sweeps under vmap, schedules and masks, exact resume, errors."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import offpolicy_checks as checks
 import pytest
 import torch
+from opt_states import with_learning_rate
 
 import funrl.buffers as fb
 from funrl import random, tree
-from funrl.agents import common, dqn, run
+from funrl.agents import common, dqn, ppo, run
 
 TINY = dqn.DQNConfig(
     env_id="CartPole-v1",
@@ -57,7 +55,7 @@ def test_config_rejects_bad_values(overrides: dict, name: str) -> None:
 
 def test_make_train_rejects_continuous_env_and_wrong_config() -> None:
     with pytest.raises(TypeError, match="config: expected a DQNConfig"):
-        dqn.make_train(run.ALGORITHMS["ppo"][0]())
+        dqn.make_train(ppo.PPOConfig())
     with pytest.raises(ValueError, match="unknown"):
         dqn.make_train(dqn.DQNConfig(env_id="NoSuchEnv-v0"))
 
@@ -102,43 +100,22 @@ def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
 
 def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
     agent, state, run_key = checks.two_seed_checkpoint("dqn", TINY, dqn.make_train, tmp_path / "run")
-    state = state._replace(hparams=state.hparams._replace(learning_rate=torch.tensor([2.5e-4, float("nan")])))
+    state = state._replace(
+        opt_state=with_learning_rate(state.opt_state, torch.tensor([2.5e-4, float("nan")]))
+    )
     with pytest.raises(common.NonFiniteError, match=r"non-finite loss .* at update 3, seed 1"):
         common.train(
             agent, common.seed_keys(0, 2), compile=False, state=state, run_key=run_key, num_updates=2
         )
 
 
+def test_learning_rate_sweep_equals_single_runs(agent: common.Agent) -> None:
+    checks.check_learning_rate_sweep_equals_single_runs(agent, "learning_rate", num_updates=3)
+
+
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
     part = checks.check_resume_is_bitwise_exact("dqn", TINY, tmp_path, checkpoint_every=4, stop_after=5)
     assert json.loads((part / run.CONFIG).read_text())["algo"] == "dqn"
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [sys.executable, "-m", "funrl", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
-    )
-
-
-@pytest.mark.slow
-def test_cli_train_dqn_then_eval_json(tmp_path: Path) -> None:
-    out = tmp_path / "runs" / "dqn"
-    proc = _cli(
-        "train", "dqn", "--env", "CartPole-v1", "--total-steps", "60", "--seeds", "2",
-        "--no-compile", "--out", str(out), "--no-progress", "--checkpoint-every", "3",
-        cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    for name in (run.CONFIG, run.METRICS, run.CHECKPOINT):
-        assert (out / name).is_file(), name
-    header = (out / run.METRICS).read_text().splitlines()[0].split(",")
-    assert {"update", "seed", "env_steps", "episode_return", "loss", "epsilon"} <= set(header)
-    proc = _cli("eval", str(out), "--episodes", "2", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(result) == {"mean_return", "std_return", "per_seed"}
-    assert len(result["per_seed"]) == 2 and all(r >= 1.0 for r in result["per_seed"])
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def host_agent(case: str) -> tuple[common.Agent, HostEnvironment]:
 
 
 def loss_terms(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in metrics.items() if k in common.LOSS_TERMS}
+    return {k: v for k, v in metrics.items() if "loss" in k or k == "grad_norm"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -149,9 +149,10 @@ def test_compiling_or_vmapping_the_update_itself_is_refused_by_the_bridge() -> N
     state, run_key = common.init_state(agent, random.key(0))
     key = random.fold_in(run_key, 0)
     # Under fullgraph (how funrl compiles) dynamo reports the bridge's refusal in its own error.
-    with pytest.raises(RuntimeError, match="cannot be traced by torch.compile"):
+    refusal = "a host gymnasium env cannot run under torch.compile or a torch.func transform"
+    with pytest.raises(RuntimeError, match=refusal):
         torch.compile(agent.update, backend="eager", fullgraph=True)(state, key)
-    with pytest.raises(RuntimeError, match="cannot run under vmap"):
+    with pytest.raises(RuntimeError, match=refusal):
         torch.func.vmap(agent.update, in_dims=(None, 0))(state, torch.stack([key, key]))
     # Both refusals came before the host envs moved: the state is still current.
     state, _ = agent.update(state, key)

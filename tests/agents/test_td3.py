@@ -8,6 +8,7 @@ import offpolicy_checks as checks
 import point_env
 import pytest
 import torch
+from opt_states import with_learning_rate
 
 from funrl import buffers, random, tree
 from funrl.agents import common, td3
@@ -90,13 +91,21 @@ def test_vmapped_seeds_equal_single_runs(agent: common.Agent) -> None:
 
 def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
     agent, state, run_key = checks.two_seed_checkpoint("td3", TINY, td3.make_train, tmp_path / "run")
-    state = state._replace(hparams=state.hparams._replace(learning_rate=torch.tensor([3e-4, float("inf")])))
+    lr = torch.tensor([3e-4, float("inf")])
+    state = state._replace(critic_opt=with_learning_rate(state.critic_opt, lr))
     with pytest.raises(
         common.NonFiniteError, match=r"non-finite (grad_norm|critic_loss|actor_loss) .* at update 4, seed 1"
     ):
         common.train(
             agent, common.seed_keys(0, 2), compile=False, state=state, run_key=run_key, num_updates=3
         )
+
+
+def test_sweeps_equal_single_runs(agent: common.Agent) -> None:
+    checks.check_learning_rate_sweep_equals_single_runs(agent, "learning_rate", num_updates=3)
+    checks.check_learning_rate_sweep_equals_single_runs(
+        agent, "exploration_noise", num_updates=2, values=(0.0, 0.5)
+    )
 
 
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:

@@ -1,0 +1,16 @@
+"""``funrl train dqn`` compiled (the default), two seeds vmapped, from a fresh process; then ``funrl eval``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runs import train_compiled_then_eval
+
+
+@pytest.mark.slow
+def test_dqn_trains_compiled_from_the_cli_then_evaluates(tmp_path: Path) -> None:
+    result = train_compiled_then_eval(
+        "dqn", "CartPole-v1", ["--total-steps", "40"], seeds=2, tmp_path=tmp_path, compare_updates=4
+    )
+    assert all(r >= 1.0 for r in result["per_seed"])  # CartPole pays 1 per step

@@ -1,0 +1,84 @@
+"""The outer loop every agent shares (``funrl.agents.common``): one compile path, one seed without
+vmap, and the non-finite check over every metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from funrl import control, tree
+from funrl.agents import common, dqn
+
+TINY = dqn.DQNConfig(env_id="CartPole-v1", total_steps=64, learning_starts=16, buffer_size=64, batch_size=8)
+
+
+def test_make_step_compiles_one_static_full_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_compile(fn: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(control, "compile", fake_compile)
+    agent = dqn.make_train(TINY)
+    common.make_step(agent, batched=False, compile=False)
+    assert calls == []
+    common.make_step(agent, batched=True, compile=True)
+    common.make_step(agent, batched=False, compile=True, mode="reduce-overhead")
+    assert calls == [
+        {"fullgraph": True, "dynamic": False, "mode": None},
+        {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead"},
+    ]
+
+
+def test_one_seed_of_a_vmapped_run_steps_unbatched_and_keeps_the_seed_dimension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``funrl train --seeds 1`` trains a ``[1, 2]`` key: the step is made without vmap, while
+    callbacks, metrics and the returned state keep the seed dimension; the numbers are those of
+    seed 0 of a two-seed vmapped run."""
+    made: list[bool] = []
+    real_make_step = common.make_step
+
+    def spy(agent: Any, batched: bool, *args: Any, **kwargs: Any) -> Any:
+        made.append(batched)
+        return real_make_step(agent, batched, *args, **kwargs)
+
+    monkeypatch.setattr(common, "make_step", spy)
+    agent = dqn.make_train(TINY)
+    seen: list[tuple[list[int], list[int]]] = []
+
+    def callback(update: int, state_and_key: Any, host: dict[str, Any]) -> None:
+        state, run_key = state_and_key
+        seen.append((list(state.update_count.shape), list(run_key.shape)))
+
+    one, metrics = common.train(
+        agent, common.seed_keys(0, 1), compile=False, num_updates=6, callback=callback, log_every=3
+    )
+    two, _ = common.train(agent, common.seed_keys(0, 2), compile=False, num_updates=6)
+    assert made == [False, True]
+    assert seen == [([1], [1, 2]), ([1], [1, 2])]
+    assert {list(v.shape)[1] for v in metrics.values()} == {1}
+    for a, b in zip(tree.leaves(one), tree.leaves(two), strict=True):
+        assert a.shape[0] == 1
+        if a.is_floating_point():
+            torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(a[0], b[0])
+
+
+def test_check_finite_covers_every_metric_but_those_that_may_be_nan() -> None:
+    nan = float("nan")
+    fine = {"loss": torch.ones(3, 2), "episode_return": torch.full((3, 2), nan)}
+    common.check_finite(fine, first_update=1)
+    with pytest.raises(common.NonFiniteError, match=r"non-finite episode_return \(nan\) at update 1, seed 0"):
+        common.check_finite(fine, first_update=1, may_be_nan=frozenset())
+    new_metric = {**fine, "any_new_metric": torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, -float("inf")]])}
+    with pytest.raises(
+        common.NonFiniteError, match=r"non-finite any_new_metric \(-inf\) at update 7, seed 1"
+    ):
+        common.check_finite(new_metric, first_update=5)
+    with pytest.raises(common.NonFiniteError, match=r"non-finite grad_norm \(nan\) at update 2, seed 0"):
+        common.check_finite({"grad_norm": torch.tensor([1.0, nan])}, first_update=1)
