@@ -2,18 +2,14 @@
 Stable-Baselines3's, with the same hyper-parameters, in one run.
 
     python benchmarks/agents_offpolicy.py --device cpu [--algos dqn sac td3] [--steps 2000]
-        [--repeats 3] [--compile] [--cpp-wrapper] [--cpu-allocator caching|default] [--threads 1]
-        [--profile 50]
+        [--repeats 3] [--compile] [--threads 1] [--profile 50]
 
 Each measurement trains from a warm state (the buffer already holds ``learning_starts``
 transitions, so every step trains) for ``--steps`` environment transitions, and counts gradient
 steps per second of wall-clock *including* the environment steps and replay (what a training run
-pays). funrl runs eager, and with ``--compile`` also ``torch.compile``d (compile time reported
-apart); ``--cpp-wrapper`` adds a row compiled with inductor's C++ wrapper. funrl's rows run as
-``funrl train`` runs them: on funrl's caching CPU allocator, in a process restarted once with
-glibc's per-thread malloc cache raised (``funrl.allocator``), unless ``--cpu-allocator default``;
-SB3's row switches to torch's default allocator while it runs. SB3 runs ``model.learn`` on its gymnasium environment with ``learning_starts`` already
-passed. Medians of ``--repeats`` timings; rows of one algorithm alternate (load drift hits all).
+pays). funrl runs eager, and with ``--compile`` also ``torch.compile``d as ``funrl train`` does
+(compile time reported apart). SB3 runs ``model.learn`` on its gymnasium environment with
+``learning_starts`` already passed. Medians of ``--repeats`` timings; rows of one algorithm alternate (load drift hits all).
 
 ``--profile STEPS`` adds a table from one ``torch.profiler`` pass of STEPS transitions per row:
 milliseconds per gradient step in matrix products (``aten::mm/bmm/addmm/baddbmm``, the work both
@@ -26,20 +22,16 @@ timings above.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 # Run as a script, this directory is on sys.path: the on-policy benchmark names the machine alike.
-from agents import _cpu_name, add_cpu_allocator_option  # benchmarks/agents.py
+from agents import machine  # benchmarks/agents.py
 
-from funrl import allocator, random
+from funrl import random
 from funrl.agents import common, dqn, sac, td3
 
 CONFIGS: dict[str, Any] = {
@@ -51,14 +43,12 @@ CONFIGS: dict[str, Any] = {
 
 
 class FunrlRunner:
-    def __init__(
-        self, algo: str, device: str, compile: bool, warm_updates: int, options: dict | None = None
-    ) -> None:
+    def __init__(self, algo: str, device: str, compile: bool, warm_updates: int) -> None:
         make, config = CONFIGS[algo]
         self.agent = make(config, device=device)
         self.config = config
         self.state, self.run_key = common.init_state(self.agent, random.key(0))
-        self.step = common.make_step(self.agent, batched=False, compile=compile, options=options)
+        self.step = common.make_step(self.agent, batched=False, compile=compile)
         t0 = time.perf_counter()
         for _ in range(warm_updates):  # fills the buffer past batch_size; the first call compiles
             self.state, metrics = self.step(self.state, self.run_key)
@@ -149,18 +139,6 @@ class SB3Runner:
         return elapsed, self.model._n_updates - before
 
 
-@contextlib.contextmanager
-def default_allocator_if(switch: bool) -> Iterator[None]:
-    """Torch's default CPU allocator inside the block when ``switch`` (SB3's rows), then funrl's again."""
-    if switch:
-        allocator.use_default_cpu_allocator()
-    try:
-        yield
-    finally:
-        if switch:
-            allocator.use_caching_cpu_allocator()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,10 +148,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="env transitions per timing")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="also time the torch.compile'd update")
-    parser.add_argument(
-        "--cpp-wrapper", action="store_true", help="also time the update compiled with inductor's C++ wrapper"
-    )
-    add_cpu_allocator_option(parser)
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument(
@@ -185,14 +159,9 @@ def main() -> None:
         "(keep it small: the profiler holds every op event in memory)",
     )
     args = parser.parse_args()
-    caching = args.cpu_allocator == "caching"
-    if caching:
-        allocator.exec_with_malloc_tunables([__file__, *sys.argv[1:]])
-        allocator.use_caching_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"machine: {_cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
-    print(f"funrl's CPU allocator: {args.cpu_allocator}; GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')}")
+    print(f"machine: {machine()}")
     print("\n| agent | run | gradient steps/s (median) | timings (steps/s) | vs SB3 | compile/warm-up (s) |")
     print("|---|---|---|---|---|---|")
     breakdown: list[str] = []
@@ -201,18 +170,12 @@ def main() -> None:
         runners: dict[str, Any] = {"funrl eager": FunrlRunner(algo, args.device, False, warm)}
         if args.compile:
             runners["funrl compiled"] = FunrlRunner(algo, args.device, True, warm)
-        if args.cpp_wrapper:
-            runners["funrl compiled, C++ wrapper"] = FunrlRunner(
-                algo, args.device, True, warm, options={"cpp_wrapper": True}
-            )
         if not args.skip_sb3:
-            with default_allocator_if(caching):
-                runners["SB3"] = SB3Runner(algo)
+            runners["SB3"] = SB3Runner(algo)
         rates: dict[str, list[float]] = {name: [] for name in runners}
         for _ in range(args.repeats):
             for name, runner in runners.items():
-                with default_allocator_if(caching and name == "SB3"):
-                    seconds, grad_steps = runner.time_steps(args.steps)
+                seconds, grad_steps = runner.time_steps(args.steps)
                 rates[name].append(grad_steps / seconds)
         sb3 = statistics.median(rates["SB3"]) if "SB3" in rates else None
         for name, values in rates.items():
@@ -225,8 +188,7 @@ def main() -> None:
             )
         if args.profile:
             for name, runner in runners.items():
-                with default_allocator_if(caching and name == "SB3"):
-                    b = profile_breakdown(runner, args.profile)
+                b = profile_breakdown(runner, args.profile)
                 breakdown.append(
                     f"| {algo} {CONFIGS[algo][1].env_id} | {name} | {b['total']:.2f} | {b['matmul']:.2f} "
                     f"({100 * b['matmul'] / b['total']:.0f}%) | {b['guard']:.2f} | {b['rest']:.2f} |"
