@@ -32,8 +32,11 @@ invariant that broke, with the smallest counter-example found::
 
 The invariants each battery checks are listed in its module's docstring
 (:mod:`~funrl.testing.advantage`, :mod:`~funrl.testing.policy_loss`,
-:mod:`~funrl.testing.td_target`, :mod:`~funrl.testing.replay`). Call a battery from a plain
-test function, not from inside another ``@given`` test.
+:mod:`~funrl.testing.td_target`, :mod:`~funrl.testing.replay`). Every battery takes
+``max_examples`` (cases per invariant), ``only=[names]`` (a subset of its invariants) and
+``shrink=False`` (report the first counter-example found, not the smallest: much faster when
+only detection matters). Call a battery from a plain test function, not from inside another
+``@given`` test.
 """
 
 try:

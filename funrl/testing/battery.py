@@ -35,7 +35,7 @@ def expect_close(actual: Any, expected: Any, what: str, rtol: float, atol: float
         raise AssertionError(difference)
 
 
-def _counter_example(invariant: Invariant, max_examples: int) -> str | None:
+def _counter_example(invariant: Invariant, max_examples: int, shrink: bool) -> str | None:
     """``None`` when ``invariant`` held on every case searched, else what broke and on which case."""
 
     @settings(
@@ -47,7 +47,7 @@ def _counter_example(invariant: Invariant, max_examples: int) -> str | None:
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         # no explain phase: it traces coverage, slow, and the message already says what differs
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        phases=[Phase.explicit, Phase.generate, *([Phase.shrink] if shrink else [])],
     )
     @given(invariant.cases)
     def search(case: Any) -> None:
@@ -58,18 +58,36 @@ def _counter_example(invariant: Invariant, max_examples: int) -> str | None:
     except Exception as err:  # the user's function may fail any way: each is a broken promise
         kind = "" if isinstance(err, AssertionError) else f"{type(err).__name__}: "
         example = "\n".join(getattr(err, "__notes__", [])) or "(no example recorded)"
-        return f"[{invariant.name}] {kind}{err}\nsmallest counter-example found by hypothesis:\n{example}"
+        found = (
+            "smallest counter-example found by hypothesis"
+            if shrink
+            else "first counter-example found (not shrunk)"
+        )
+        return f"[{invariant.name}] {kind}{err}\n{found}:\n{example}"
     return None
 
 
-def run_battery(battery: str, invariants: Sequence[Invariant], max_examples: int) -> None:
-    """Search every invariant with ``max_examples`` cases; raise naming each one that broke."""
+def run_battery(
+    battery: str,
+    invariants: Sequence[Invariant],
+    max_examples: int,
+    only: Sequence[str] | None = None,
+    shrink: bool = True,
+) -> None:
+    """Search the invariants (those named in ``only``, or all) with ``max_examples`` cases each;
+    raise naming each one that broke, with its counter-example shrunk to the smallest hypothesis
+    finds (``shrink=False``: the first one found, much faster when only detection matters)."""
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples: expected a positive int, got {max_examples!r}")
+    if only is not None:
+        known = [invariant.name for invariant in invariants]
+        if isinstance(only, str) or not set(only) <= set(known):
+            raise ValueError(f"only: expected a list of invariant names among {known}, got {only!r}")
+        invariants = [invariant for invariant in invariants if invariant.name in only]
     failures = [
         (invariant.name, message)
         for invariant in invariants
-        if (message := _counter_example(invariant, max_examples)) is not None
+        if (message := _counter_example(invariant, max_examples, shrink)) is not None
     ]
     if failures:
         names = ", ".join(repr(name) for name, _ in failures)

@@ -20,7 +20,7 @@ the order added), so every sampled item can be traced to the add that wrote it. 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
 from typing import Any, NamedTuple
 
@@ -75,6 +75,8 @@ def replay_buffer_invariants(
     *,
     alpha: float | None = None,
     max_examples: int = 20,
+    only: Sequence[str] | None = None,
+    shrink: bool = True,
     max_capacity: int = 6,
 ) -> None:
     """Check the buffers ``make_buffer(capacity)`` builds against the invariants of replay.
@@ -86,6 +88,9 @@ def replay_buffer_invariants(
             expected distribution is ``p ** alpha``).
         max_examples: hypothesis cases per invariant (capacities up to ``max_capacity``, one to
             four adds of up to ``2 * capacity + 1`` items each).
+        only: names of the invariants to check (all by default).
+        shrink: shrink a counter-example to the smallest hypothesis finds (``False``: report the
+            first one found, much faster when only detection matters).
 
     Raises:
         ValueError: a prioritised buffer without ``alpha``.
@@ -186,4 +191,4 @@ def replay_buffer_invariants(
         Invariant("sample only written rows", cases, sample_only_written_rows),
         Invariant("sampling distribution (chi-squared)", cases, sampling_distribution),
     ]
-    run_battery("replay_buffer_invariants", invariants, max_examples)
+    run_battery("replay_buffer_invariants", invariants, max_examples, only, shrink)

@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from torch import nn
 
 from funrl import envs, nets
@@ -131,10 +133,13 @@ def _flags(draw: st.DrawFn, steps: int, num_envs: int) -> tuple[torch.Tensor, to
 
 
 def _tensor(draw: st.DrawFn, shape: tuple[int, ...], bound: float, dtype: torch.dtype) -> torch.Tensor:
-    """A drawn tensor of ``shape``, floats in ``[-bound, bound]``."""
-    count = math.prod(shape)
-    values = draw(st.lists(st.floats(-bound, bound), min_size=count, max_size=count))
-    return torch.tensor(values, dtype=dtype).reshape(shape)
+    """A drawn tensor of ``shape``, floats in ``[-bound, bound]``.
+
+    Drawn as a numpy array: hypothesis then draws one background value and a few elements
+    apart from it, so a failing case has few choices to shrink (and shrinks fast).
+    """
+    values = draw(arrays(np.float64, shape, elements=st.floats(-bound, bound)))
+    return torch.from_numpy(values).to(dtype)
 
 
 @st.composite
