@@ -54,6 +54,15 @@ def test_bool_frames_are_cast_and_read_channels_last() -> None:
     assert nets.apply(net, params, frames.reshape(5, 1, 10, 10, 4)).shape == (5, 1, 3)
 
 
+def test_an_mlp_takes_bool_frames_flattened() -> None:
+    net = q_network((10, 10, 4), "mlp")
+    params = nets.init(net, random.key(1))
+    frames = random.uniform(random.key(2), (5, 10, 10, 4)) < 0.3
+    q = nets.apply(net, params, frames)
+    head = nets.subparams(params, "head")
+    torch.testing.assert_close(q, nets.apply(net.head, head, frames.to(torch.float32).reshape(5, 400)))
+
+
 def test_bad_network_choices_are_clear_errors() -> None:
     with pytest.raises(
         ValueError, match=r"network: expected one of \('auto', 'mlp', 'minatar_cnn'\), got 'cnn'"
