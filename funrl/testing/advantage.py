@@ -52,21 +52,18 @@ def discounted_return(rollout: Rollout, gamma: float) -> torch.Tensor:
     """``G_t``: rewards discounted to the episode's end or the window's end, where it bootstraps
     from ``V(s'_t)`` unless the episode terminated; ``[T, B]``."""
     returns = torch.empty_like(rollout.rewards)
-    steps = rollout.rewards.shape[0]
-    for t in reversed(range(steps)):
-        ends = rollout.terminated[t] | rollout.truncated[t] | (t == steps - 1)
-        later = (
-            rollout.next_values[t]
-            if t == steps - 1
-            else torch.where(ends, rollout.next_values[t], returns[t + 1])
-        )
-        returns[t] = rollout.rewards[t] + gamma * torch.where(rollout.terminated[t], 0.0, later)
+    later = rollout.next_values[-1]  # the window's last step bootstraps from its V(s')
+    for t in reversed(range(rollout.rewards.shape[0])):
+        ended = rollout.terminated[t] | rollout.truncated[t]
+        bootstrap = torch.where(ended, rollout.next_values[t], later)
+        returns[t] = rollout.rewards[t] + gamma * torch.where(rollout.terminated[t], 0.0, bootstrap)
+        later = returns[t]
     return returns
 
 
 def _perturbed_after(rollout: Rollout, after: torch.Tensor) -> Rollout:
     """``rollout`` with rewards, values and next values moved where ``after`` is true, so that
-    every TD error there grows by ``1 + 2 + 3 γ > 0``."""
+    every TD error there grows (by ``1 + 2``, plus ``3 γ`` where it bootstraps)."""
     return rollout._replace(
         rewards=torch.where(after, rollout.rewards + 1.0, rollout.rewards),
         values=torch.where(after, rollout.values - 2.0, rollout.values),

@@ -190,8 +190,8 @@ def assert_vmap_equals_loop(
     Args:
         fn: the function under test; its outputs are stacked along dim 0 (vmap's ``out_dims=0``).
         in_dims: one entry per argument, an int (the batched dim of every tensor leaf of that
-            argument) or ``None`` (passed whole to every member); a single int or ``None``
-            applies to all arguments.
+            argument) or ``None`` (passed whole to every member); a single int applies to all
+            arguments.
         args: the arguments; every batched tensor leaf must have the same size along its dim.
         rtol, atol: tolerances (batched kernels may sum in another order).
 
