@@ -15,8 +15,8 @@ Defaults follow CleanRL's ``dqn.py`` for CartPole (Q-network 120-84 ReLU, Adam, 
 step per 5 transitions (CleanRL 10), ε decays over the first 20% of the run (CleanRL 50%),
 learning starts after 1e3 transitions (CleanRL 1e4), Double-DQN targets (``double_q``), and 10
 environments stepped once per update instead of one environment stepped 10 times (the same
-transitions per gradient step, a tenth of the per-call overhead). With CleanRL's rate, frequency
-and ε decay the agent reached 304 (2 seeds) instead of 492 (3 seeds) at 1e5 steps (BENCHMARKS.md).
+transitions per gradient step, a tenth of the per-call overhead). BENCHMARKS.md compares the
+returns with CleanRL's rate, frequency and ε decay.
 
 Differences from CleanRL's loop, on purpose: ε is taken at the start of each iteration (constant
 over its ``num_steps`` steps) and the policy acts with the params of the start of the iteration
@@ -133,7 +133,7 @@ def linear_epsilon(start_e: float, end_e: float, duration: float, step: torch.Te
 def epsilon_greedy(key: torch.Tensor, q_values: torch.Tensor, epsilon: torch.Tensor) -> torch.Tensor:
     """With probability ``epsilon`` a uniform action, else ``argmax q_values`` (``[N, A] -> [N]``)."""
     num_envs, num_actions = q_values.shape
-    # One draw for both decisions: eager Threefry calls cost milliseconds each.
+    # One draw for both decisions: each Threefry call is a chain of small integer kernels.
     explore_u, action_u = random.uniform(key, (2, num_envs))
     random_action = (action_u * num_actions).to(torch.int64).clamp(max=num_actions - 1)
     return torch.where(explore_u < epsilon, random_action, q_values.argmax(dim=-1))
