@@ -18,12 +18,21 @@ Each is listed here with the reason it is needed. Tested with torch 2.13.0.
   container with it so that vmap and compile see through it.
 - ``torch._C._functorch.peek_interpreter_stack``: in :func:`is_traced`, whether a ``torch.func``
   transform (vmap, grad) is running the caller; torch has no public query for it.
+- inductor's ``unsafe_marked_cacheable_functions`` option and
+  ``torch._inductor.cpu_vec_isa.pick_vec_isa``: in :func:`compile`. torch does not store graphs
+  holding the scan op in its on-disk compile caches (the op is not marked cacheable), so every
+  process would compile funrl's update steps from scratch. The option marks the op cacheable;
+  its value joins the cache key and names funrl's version and the CPU vector instruction set
+  the kernels are generated for, so a cached graph is never served to another funrl or another
+  instruction set (torch's version, the graph and every other option are in the key already).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +45,8 @@ __all__ = [
     "compile",
     "register_pytree_node",
     "INDUCTOR_OPTIONS",
+    "cache_dir",
+    "use_persistent_cache",
 ]
 
 Carry = Any
@@ -57,6 +68,45 @@ guards already check the graph's inputs.
 """
 
 
+_CACHEABLE_LOOP_OPS = ("torch.ops.higher_order.scan", "torch.ops.higher_order.while_loop")
+
+
+def _cache_options(device_type: str) -> dict[str, Any]:
+    """The option that lets torch's on-disk caches store graphs with loop ops (module docstring)."""
+    import funrl
+
+    tag = f"funrl {funrl.__version__}"
+    if device_type == "cpu":
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        tag += f", {pick_vec_isa() or 'scalar'}"
+    return {"unsafe_marked_cacheable_functions": dict.fromkeys(_CACHEABLE_LOOP_OPS, tag)}
+
+
+def cache_dir() -> Path:
+    """Where funrl keeps compiled graphs: ``$FUNRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/funrl``,
+    else ``~/.cache/funrl``. Removing the folder (``funrl cache clear``) only costs recompiles."""
+    explicit = os.environ.get("FUNRL_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "funrl"
+
+
+def use_persistent_cache() -> Path:
+    """Keep torch's compile caches in :func:`cache_dir` instead of torch's default under the
+    temporary folder (lost at reboot), unless ``TORCHINDUCTOR_CACHE_DIR`` is set already.
+
+    torch reads the location once per process, at its first compile: call this before compiling.
+    ``funrl train`` calls it. Returns the folder in use.
+    """
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if folder is None:
+        folder = str(cache_dir() / "inductor")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return Path(folder)
+
+
 def compile(  # noqa: A001 - the torch name, with funrl's options
     fn: Callable[..., Any],
     *,
@@ -64,13 +114,16 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     dynamic: bool | None = None,
     mode: str | None = None,
     options: dict[str, Any] | None = None,
+    device: str | torch.device = "cpu",
 ) -> Callable[..., Any]:
-    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers).
+    """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers),
+    whose graphs, loops included, torch's on-disk caches store and serve to later processes.
 
+    ``device`` is where the compiled code runs (it picks the cache key's instruction set).
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
     takes either a mode or options; any other mode is passed as it is, without funrl's options.
     """
-    merged = {**INDUCTOR_OPTIONS, **(options or {})}
+    merged = {**INDUCTOR_OPTIONS, **_cache_options(torch.device(device).type), **(options or {})}
     if mode == "reduce-overhead":
         merged["triton.cudagraphs"] = True
         mode = None
