@@ -11,7 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("agents", "buffers", "control", "envs", "losses", "nets", "optim", "random", "tree")
+_SUBMODULES = ("agents", "buffers", "control", "envs", "losses", "nets", "optim", "random", "testing", "tree")
 
 __all__ = [*_SUBMODULES, "__version__"]
 
