@@ -4,6 +4,7 @@ funrl train ppo --env CartPole-v1 --total-steps 500000 --seeds 8 --device cpu --
 funrl train ppo --env gym:Acrobot-v1 --no-compile --out runs/NAME   (any gymnasium id, eagerly)
 funrl train --resume --out runs/NAME
 funrl eval runs/NAME --episodes 20 [--json]
+funrl cache path|clear      (compiled update steps, kept between runs)
 funrl demo
 """
 
@@ -116,9 +117,12 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 def _train(args: argparse.Namespace) -> int:
     import torch
 
+    from funrl import control
     from funrl.agents import run
 
     algo, config = config_from_args(args)
+    if not args.no_compile:
+        control.use_persistent_cache()  # a second run of the same step loads it instead of compiling
     # gym:ID (and namespaced ids such as ALE/Pong-v5) would make a nested or colon-laden folder name.
     env_name = args.env.replace(":", "-").replace("/", "-")
     out = Path(args.out) if args.out else Path("runs") / f"{algo}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -142,6 +146,20 @@ def _train(args: argparse.Namespace) -> int:
     finally:
         torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
     print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    import shutil
+
+    from funrl import control
+
+    folder = control.cache_dir()
+    if args.action == "clear":
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"funrl: removed {folder}")
+    else:
+        print(folder)
     return 0
 
 
@@ -236,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+
+    cache = sub.add_parser(
+        "cache",
+        help="where compiled update steps are kept ($FUNRL_CACHE_DIR, else ~/.cache/funrl); 'clear' removes them",
+    )
+    cache.add_argument("action", choices=("path", "clear"), help="print the folder, or remove it")
+    cache.set_defaults(func=_cache)
 
     ev = sub.add_parser("eval", help="evaluate the final checkpoint of every seed of a run")
     ev.add_argument("run", help="the run folder given to train --out")

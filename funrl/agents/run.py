@@ -1,8 +1,9 @@
 """Runs on disk: ``train`` into an output folder, ``resume`` it, ``evaluate`` its checkpoints.
 
 A run folder holds ``config.json`` (algorithm, agent config, seeds, device), ``metrics.csv``
-(one row per update per seed), ``learning_curve.png`` (mean ± std over seeds against env steps)
-and ``checkpoint.pt`` (every train-state leaf of every seed, the run keys and the update count;
+(one row per update per seed), ``learning_curve.png`` (mean ± std over seeds against env steps),
+``timing.json`` (seconds of the first update's call, which holds the compile, and of the rest of
+training, for the last ``train`` or resume) and ``checkpoint.pt`` (every train-state leaf of every seed, the run keys and the update count;
 loaded with ``torch.load(weights_only=True)``, written atomically). The checkpoint is written
 after the metrics of the same update, so a run killed at any moment resumes from a consistent
 pair: rows past the checkpoint's update are dropped on resume and recomputed identically.
@@ -14,12 +15,15 @@ A config whose ``env_id`` is ``gym:ID`` trains on the gymnasium env ``ID`` throu
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import math
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,7 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
 CONFIG = "config.json"
 PLOT = "learning_curve.png"
+TIMING = "timing.json"
 GYMNASIUM_PREFIX = "gym:"
 
 
@@ -372,22 +377,57 @@ def train_run(
             save_checkpoint(out / CHECKPOINT, state_and_key, {"update": update, "algo": algo})
             last_saved[0] = update
 
-    try:
-        state, metrics = common.train(
+    def train_for(updates: int, state: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        return common.train(
             agent,
             keys,
             compile=compile,
             state=state,
             run_key=run_key,
-            num_updates=remaining,
+            num_updates=updates,
             callback=on_log,
             log_every=log_every,
         )
+
+    # The first update runs alone: its call holds the compile, timed apart from training.
+    t0 = time.perf_counter()
+    try:
+        with _compiling_note(bar if compile else None):
+            state, first = train_for(min(1, remaining), state)
+        t1 = time.perf_counter()
+        state, rest = train_for(remaining - min(1, remaining), state)
     finally:
         if bar is not None:
             bar.close()
+    timing = {"first_update_s": t1 - t0, "train_s": time.perf_counter() - t1, "updates": remaining}
+    atomic_write_bytes(out / TIMING, lambda f: f.write(json.dumps(timing, indent=2).encode()))
+    metrics = {k: torch.cat([first[k], rest[k]]) for k in first} if first and rest else first or rest
     plot_learning_curve(out)
     return state, metrics
+
+
+@contextlib.contextmanager
+def _compiling_note(bar: Any) -> Iterator[None]:
+    """While the first (compiling) update runs, the progress bar says so and its clock keeps moving."""
+    if bar is None:
+        yield
+        return
+    desc = bar.desc
+    bar.set_description_str(f"{desc} (compiling the update step)")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, name="funrl-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        bar.set_description_str(desc)
 
 
 def evaluate_run(
