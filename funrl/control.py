@@ -259,7 +259,13 @@ def _scan_hop(
 
     def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], Tree]:
         new_carry, y = f(torch_pytree.tree_unflatten(carry_leaves, init_spec), x)
-        new_leaves = [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(new_carry)]
+        # Each new carry leaf is written into a tensor laid out like the carry it replaces: the op
+        # requires the carry to keep its strides, and under vmap the layout the step's arithmetic
+        # picks can differ from the init's (the batch dimension sits elsewhere in memory).
+        new_leaves = [
+            torch.empty_like(old).copy_(new)
+            for old, new in zip(carry_leaves, torch_pytree.tree_leaves(new_carry), strict=True)
+        ]
         if _is_plain(y):
             return new_leaves, _to_plain(y)
         # torch's pytree counts None as a leaf; the op takes tensors only, so Nones stay behind.

@@ -252,9 +252,10 @@ def test_compile_adds_funrl_options_and_the_caller_wins(monkeypatch):
     compile(abs, options={"size_asserts": True})
     compile(abs, mode="reduce-overhead")
     compile(abs, mode="max-autotune")
-    assert seen[0]["options"] == control.INDUCTOR_OPTIONS and seen[0]["fullgraph"] is True
-    assert seen[1]["options"] == {**control.INDUCTOR_OPTIONS, "size_asserts": True}
-    assert seen[2]["options"] == {**control.INDUCTOR_OPTIONS, "triton.cudagraphs": True}
+    funrl_options = {**control.INDUCTOR_OPTIONS, **control._cache_options("cpu")}
+    assert seen[0]["options"] == funrl_options and seen[0]["fullgraph"] is True
+    assert seen[1]["options"] == {**funrl_options, "size_asserts": True}
+    assert seen[2]["options"] == {**funrl_options, "triton.cudagraphs": True}
     assert "mode" not in seen[2]
     assert seen[3]["mode"] == "max-autotune" and "options" not in seen[3]
 
@@ -374,3 +375,28 @@ def test_compiled_scan_carries_namedtuple_outputs_without_a_probe():
     got = compile(lambda init, xs: scan(aliased_step, init, xs))(init, xs)
     assert type(got[1]) is Aliased
     assert tree.tree_allclose(got, reference_scan(aliased_step, init, xs), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed_dim", [0, 2])
+def test_compiled_scan_under_vmap_with_a_fresh_zero_carry(seed_dim):
+    """A carry made by ``zeros_like`` inside a vmapped function sits in memory with the seed
+    dimension first, while the step's arithmetic may put it elsewhere; the compiled scan op
+    refuses a carry whose strides change, unless scan writes each new carry in the old layout
+    (the failure of 8-seed PPO's GAE)."""
+
+    def backward_sum(errors, decays):
+        def step(later, x):
+            error, decay = x
+            total = error + decay * later
+            return total, total
+
+        return scan(step, torch.zeros_like(errors[0]), (errors, decays), reverse=True)[1]
+
+    g = torch.Generator().manual_seed(0)
+    shape = [6, 4]
+    shape.insert(seed_dim, 3)
+    errors, decays = torch.randn(shape, generator=g), torch.rand(shape, generator=g)
+    batched = torch.func.vmap(backward_sum, in_dims=(seed_dim, seed_dim))
+    compiled = control.compile(batched, dynamic=False)
+    torch.testing.assert_close(compiled(errors, decays), batched(errors, decays))
