@@ -1,0 +1,188 @@
+"""Time to a trained agent, as a user's clock sees it: whole processes, cold and warm, against SB3.
+
+    python benchmarks/time_to_result.py --device cpu [--algos ppo dqn sac] [--repeats 3]
+        [--total-steps ppo=500000,dqn=100000,sac=20000] [--seeds 8]
+
+Each round runs, one after another, every contestant of an algorithm as its own process:
+
+- ``sb3``: Stable-Baselines3 with funrl's default hyper-parameters for that algorithm (this file
+  run with ``--sb3 ALGO``), import and evaluation-free training included;
+- ``cold``: ``python -m funrl train ALGO`` with empty compile caches (a fresh cache folder);
+- ``warm``: the same command again, on the caches the cold run left;
+- ``warm, new lr``: the same with another ``--lr`` (a float hyper-parameter only);
+- ``cold, S seeds``: ``--seeds S`` with empty caches (PPO only);
+- ``eager``: ``--no-compile`` on ``--eager-steps`` (a tenth of the budget by default), against SB3
+  on the same budget (``sb3, eager budget``).
+
+Prints one markdown table per algorithm: the median wall-clock of each contestant and its ratio
+to SB3's on the same budget, pair by pair within a round (the machine's speed drifts; ratios in
+one round do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+DEFAULT_STEPS = {"ppo": 500_000, "dqn": 100_000, "sac": 20_000, "td3": 20_000}
+ENVS = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def train_sb3(algo: str, total_steps: int) -> None:
+    """Train SB3's ``algo`` with the hyper-parameters of funrl's default config for it."""
+    from stable_baselines3 import DQN, PPO, SAC, TD3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    from funrl.agents import dqn, ppo, sac, td3
+
+    if algo == "ppo":
+        c = ppo.PPOConfig()
+        model = PPO(
+            "MlpPolicy", make_vec_env(ENVS[algo], n_envs=c.num_envs, seed=0), n_steps=c.num_steps,
+            batch_size=c.num_envs * c.num_steps // c.num_minibatches, n_epochs=c.update_epochs,
+            gamma=c.gamma, gae_lambda=c.gae_lambda, clip_range=c.clip_eps, ent_coef=c.ent_coef,
+            vf_coef=c.vf_coef, max_grad_norm=c.max_grad_norm,
+            learning_rate=lambda remaining: c.learning_rate * remaining,
+            policy_kwargs={"net_arch": list(c.hidden_sizes), "activation_fn": torch.nn.Tanh},
+            device="cpu", seed=0, verbose=0,
+        )  # fmt: skip
+    elif algo == "dqn":
+        c = dqn.DQNConfig()
+        model = DQN(
+            "MlpPolicy", make_vec_env(ENVS[algo], n_envs=1, seed=0), learning_rate=c.learning_rate,
+            buffer_size=c.buffer_size, learning_starts=c.learning_starts, batch_size=c.batch_size,
+            tau=c.tau, gamma=c.gamma, train_freq=c.train_frequency, gradient_steps=1,
+            target_update_interval=c.target_network_frequency,
+            exploration_fraction=c.exploration_fraction, exploration_initial_eps=c.start_e,
+            exploration_final_eps=c.end_e, policy_kwargs={"net_arch": list(c.hidden_sizes)},
+            device="cpu", seed=0, verbose=0,
+        )  # fmt: skip
+    elif algo == "sac":
+        c = sac.SACConfig()
+        model = SAC(
+            "MlpPolicy", make_vec_env(ENVS[algo], n_envs=1, seed=0), learning_rate=c.policy_lr,
+            buffer_size=c.buffer_size, learning_starts=c.learning_starts, batch_size=c.batch_size,
+            tau=c.tau, gamma=c.gamma, train_freq=1, gradient_steps=1, ent_coef="auto",
+            policy_kwargs={"net_arch": list(c.hidden_sizes)}, device="cpu", seed=0, verbose=0,
+        )  # fmt: skip
+    else:
+        c = td3.TD3Config()
+        env = make_vec_env(ENVS[algo], n_envs=1, seed=0)
+        dim = env.action_space.shape[0]
+        noise = NormalActionNoise(torch.zeros(dim).numpy(), c.exploration_noise * torch.ones(dim).numpy())
+        model = TD3(
+            "MlpPolicy", env, learning_rate=c.learning_rate, buffer_size=c.buffer_size,
+            learning_starts=c.learning_starts, batch_size=c.batch_size, tau=c.tau, gamma=c.gamma,
+            train_freq=1, gradient_steps=1, action_noise=noise, policy_delay=c.policy_frequency,
+            target_policy_noise=c.policy_noise, target_noise_clip=c.noise_clip,
+            policy_kwargs={"net_arch": list(c.hidden_sizes)}, device="cpu", seed=0, verbose=0,
+        )  # fmt: skip
+    model.learn(total_timesteps=total_steps)
+
+
+def timed(command: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    return elapsed
+
+
+def contestants(
+    algo: str, steps: int, eager_steps: int, seeds: int, device: str
+) -> list[tuple[str, list[str], bool, str]]:
+    """``(name, command, fresh_cache, sb3 row to compare with)`` in the order a round runs them."""
+
+    def funrl(budget: int) -> list[str]:
+        return [sys.executable, "-m", "funrl", "train", algo, "--env", ENVS[algo], "--total-steps",
+                str(budget), "--device", device, "--no-progress"]  # fmt: skip
+
+    def sb3(budget: int) -> list[str]:
+        return [sys.executable, __file__, "--sb3", algo, "--sb3-steps", str(budget)]
+
+    rows = [
+        ("sb3", sb3(steps), False, "sb3"),
+        ("funrl cold", funrl(steps), True, "sb3"),
+        ("funrl warm", funrl(steps), False, "sb3"),
+        ("funrl warm, new lr", funrl(steps) + ["--lr", "1e-3"], False, "sb3"),
+    ]
+    if algo == "ppo" and seeds > 1:
+        rows.append((f"funrl cold, {seeds} seeds", funrl(steps) + ["--seeds", str(seeds)], True, "sb3"))
+    rows.append((f"sb3, {eager_steps} steps", sb3(eager_steps), False, f"sb3, {eager_steps} steps"))
+    rows.append((f"funrl eager, {eager_steps} steps", funrl(eager_steps) + ["--no-compile"], False,
+                 f"sb3, {eager_steps} steps"))  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn", "sac"], choices=sorted(DEFAULT_STEPS))
+    parser.add_argument("--total-steps", default="", help="ALGO=N,... (default: ppo 500k, dqn 100k, sac 20k)")
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--eager-fraction", type=float, default=0.1, help="eager budget / total steps")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sb3", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--sb3-steps", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sb3:
+        train_sb3(args.sb3, args.sb3_steps)
+        return
+    steps = dict(DEFAULT_STEPS)
+    for item in filter(None, args.total_steps.split(",")):
+        name, value = item.split("=")
+        steps[name] = int(value)
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, device {args.device}")
+    for algo in args.algos:
+        eager_steps = int(steps[algo] * args.eager_fraction)
+        rows = contestants(algo, steps[algo], eager_steps, args.seeds, args.device)
+        times: dict[str, list[float]] = {row[0]: [] for row in rows}
+        ratios: dict[str, list[float]] = {row[0]: [] for row in rows}
+        for _ in range(args.repeats):
+            with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as outs:
+                round_times = {}
+                for i, (name, command, fresh, _) in enumerate(rows):
+                    env = dict(os.environ)
+                    cache_dir = Path(cache) / (f"fresh-{i}" if fresh else "shared")
+                    env["FUNRL_CACHE_DIR"] = str(cache_dir)
+                    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
+                    out = ["--out", str(Path(outs) / f"run-{i}")] if command[1] == "-m" else []
+                    round_times[name] = timed(command + out, env)
+                for name, _command, _fresh, peer in rows:
+                    times[name].append(round_times[name])
+                    ratios[name].append(round_times[name] / round_times[peer])
+        print(f"\n{algo.upper()} on {ENVS[algo]}, {steps[algo]} steps, {args.repeats} rounds")
+        print("| contestant | wall-clock s (median) | / SB3 on its budget (median of pairs) |")
+        print("|---|---|---|")
+        for name in times:
+            print(
+                f"| {name} | {statistics.median(times[name]):.1f} | {statistics.median(ratios[name]):.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
