@@ -16,11 +16,12 @@ import torch
 from funrl import tree
 from funrl.agents import common, run
 
-# `funrl train ARGS` with one addition: when the metrics of update KILLED_AT are on disk, the run
-# folder is copied to COPY_TO, which is what a kill at that moment leaves behind (every file is
-# written atomically). Run as `python -c TRAIN_AND_SNAPSHOT KILLED_AT COPY_TO train ARGS`.
+# `funrl train ARGS` with one addition: when the metrics of update KILLED_AT (or the first log
+# point past it) are on disk, the run folder is copied to COPY_TO, which is what a kill at that
+# moment leaves behind (every file is written atomically).
+# Run as `python -c TRAIN_AND_SNAPSHOT KILLED_AT COPY_TO train ARGS`.
 TRAIN_AND_SNAPSHOT = """
-import shutil, sys
+import os, shutil, sys
 from funrl.__main__ import main
 from funrl.agents import run
 
@@ -28,7 +29,7 @@ write_metrics, killed_at, copy_to = run._write_metrics, int(sys.argv[1]), sys.ar
 
 def write_then_snapshot(out, rows, header, append):
     write_metrics(out, rows, header, append)
-    if rows[-1]["update"] == killed_at:
+    if rows[-1]["update"] >= killed_at and not os.path.exists(copy_to):
         shutil.copytree(out, copy_to)
 
 run._write_metrics = write_then_snapshot
@@ -55,11 +56,12 @@ def checkpoint(out: Path) -> dict[str, Any]:
     return torch.load(out / run.CHECKPOINT, map_location="cpu", weights_only=True)
 
 
-def resume_and_check_it_equals_the_uninterrupted_run(killed: Path, full: Path, checkpoint_at: int) -> None:
-    """``funrl train --resume`` of the folder a kill left (its last checkpoint at update
-    ``checkpoint_at``, metrics past it) ends with the uninterrupted run's metrics and state, bitwise."""
-    assert json.loads(checkpoint(killed)["metadata"])["update"] == checkpoint_at
-    assert int(metrics_rows(killed)[-1]["update"]) > checkpoint_at  # rows past it, to be redone
+def resume_and_check_it_equals_the_uninterrupted_run(killed: Path, full: Path, killed_at: int) -> None:
+    """``funrl train --resume`` of the folder a kill after update ``killed_at`` left (its last
+    checkpoint before that, metrics past the checkpoint) ends with the uninterrupted run's metrics
+    and state, bitwise."""
+    checkpoint_at = json.loads(checkpoint(killed)["metadata"])["update"]
+    assert 0 < checkpoint_at < killed_at <= int(metrics_rows(killed)[-1]["update"])  # rows to redo
     proc = funrl("train", "--resume", "--out", str(killed), "--no-progress", cwd=killed.parent)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert (killed / run.METRICS).read_text() == (full / run.METRICS).read_text()
@@ -108,8 +110,7 @@ def train_compiled_then_eval(
     ]
     check_compiled_metrics_equal_eager(out, rows, compare_updates)
     if killed_at is not None:
-        last_checkpoint = killed_at - killed_at % checkpoint_every  # metrics come every 10 updates
-        resume_and_check_it_equals_the_uninterrupted_run(killed, out, last_checkpoint)
+        resume_and_check_it_equals_the_uninterrupted_run(killed, out, killed_at)
     proc = funrl("eval", str(out), "--episodes", "2", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from cli_runs import (
 
 SEEDS = 2
 UPDATES = 60  # of PPO's default 4 envs x 128 steps
-KILLED_AT = 50  # metrics are written every 10 updates; the last checkpoint before it is update 40
+KILLED_AT = 50  # between checkpoints (every 20 updates, at the log points: every 10)
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ def test_ppo_compiled_with_seeds_resumes_exactly_and_learns(tmp_path: Path) -> N
         (u, s) for u in range(1, UPDATES + 1) for s in range(SEEDS)
     ]
     check_compiled_metrics_equal_eager(full, rows, updates=1)  # a rollout and 16 minibatch steps
-    resume_and_check_it_equals_the_uninterrupted_run(killed, full, checkpoint_at=40)
+    resume_and_check_it_equals_the_uninterrupted_run(killed, full, KILLED_AT)
 
     proc = funrl("eval", str(full), "--episodes", "10", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-6000:]

@@ -10,7 +10,6 @@ import pytest
 import torch
 from opt_states import with_learning_rate
 
-import funrl.buffers as fb
 from funrl import random, tree
 from funrl.agents import common, dqn, ppo, run
 
@@ -133,8 +132,8 @@ def test_compiled_update_equals_eager(agent: common.Agent) -> None:
     assert tree.tree_allclose(compiled_state.target_params, eager_state.target_params, rtol=1e-5, atol=1e-6)
     # Integer and bool leaves (actions, rewards, flags) exactly; float observations within an ulp or
     # two: inductor's vectorised sin/cos and fused multiply-adds round the physics differently.
-    compiled_experience = fb.storage_items(compiled_state.buffer.experience)
-    eager_experience = fb.storage_items(eager_state.buffer.experience)
+    compiled_experience = compiled_state.buffer.experience
+    eager_experience = eager_state.buffer.experience
     for name, eager_leaf in eager_experience.items():
         if eager_leaf.dtype.is_floating_point:
             torch.testing.assert_close(compiled_experience[name], eager_leaf, rtol=1e-5, atol=1e-6)
