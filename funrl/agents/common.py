@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
 import torch
@@ -38,6 +38,7 @@ __all__ = [
     "make_batched_env",
     "make_step",
     "seed_keys",
+    "static_key",
     "sweepable_values",
     "train",
     "with_num_envs",
@@ -144,6 +145,26 @@ def sweepable_values(config: Any, overrides: dict[str, Any], names: tuple[str, .
     return {name: overrides.get(name, getattr(config, name)) for name in names}
 
 
+def static_key(
+    name: str, config: Any, hyperparams: Iterable[str], env: Any | None, device: torch.device
+) -> tuple:
+    """What an agent's compiled update depends on: agents with equal keys share one compiled step.
+
+    ``config``'s fields but ``hyperparams`` (the floats that ride as tensors in the train state,
+    which the update reads from there and never from the config), the agent's ``name`` and
+    ``device``, and the ``env`` given to ``make_train`` by identity (``None``: the agent made its
+    env from the config). An identity stays unique while the key is in use: the compiled step
+    stored under it holds the agent, and so the env, alive.
+    """
+    blanked = frozenset(hyperparams)
+    fields = tuple(
+        (field.name, getattr(config, field.name))
+        for field in dataclasses.fields(config)
+        if field.name not in blanked
+    )
+    return (name, type(config), fields, torch.device(device), None if env is None else id(env))
+
+
 def float32_tensors(hparams_type: type, values: dict[str, Any], device: torch.device) -> Any:
     """``hparams_type`` (a NamedTuple) with each field ``values[field]`` as a float32 scalar tensor."""
     return hparams_type(
@@ -200,7 +221,13 @@ class NonFiniteError(FloatingPointError):
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-    """The pure pieces of an agent, and ``__call__ = train``."""
+    """The pure pieces of an agent, and ``__call__ = train``.
+
+    ``static_key`` (:func:`static_key`) names what ``update``'s graph depends on: agents with
+    equal keys share one compiled step (:func:`make_step`), so a config that differs only in
+    float hyper-parameters trains without recompiling. ``None``: the agent shares its compiled
+    step with no other agent.
+    """
 
     name: str
     config: Any
@@ -212,6 +239,7 @@ class Agent:
     env: Any
     env_params: Any
     device: torch.device
+    static_key: Hashable | None = None
 
     def __call__(self, key: torch.Tensor, **kwargs: Any) -> tuple[Any, dict[str, torch.Tensor]]:
         return train(self, key, **kwargs)
@@ -313,11 +341,17 @@ def _check_host_env(agent: Agent, batched: bool, compile: bool) -> None:
         )
 
 
+_COMPILED_STEPS: dict[Hashable, Callable] = {}
+"""The compiled steps of this process, by agent (its ``static_key``), batching, mode and compiler."""
+
+
 def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = None) -> Callable:
     """``step(train_state, run_key) -> (train_state, metrics)``: update keyed by ``fold_in(run_key, count)``.
 
     ``batched``: vmapped over a leading seed dimension of both. ``compile``: one graph, built by
-    :func:`funrl.control.compile` (``mode`` as there, e.g. ``"reduce-overhead"`` for CUDA graphs).
+    :func:`funrl.control.compile` (``mode`` as there, e.g. ``"reduce-overhead"`` for CUDA graphs)
+    once per process for all agents sharing ``agent.static_key``: the first such agent's step
+    serves the others, whose updates differ only in what their train states hold.
     """
     _check_host_env(agent, batched, compile)
 
@@ -325,12 +359,22 @@ def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = Non
         return agent.update(state, random.fold_in(run_key, state.update_count))
 
     fn = torch.func.vmap(step, randomness="error") if batched else step
-    if compile:
-        # Static, as jax.jit: every config's floats are constants of its own graph. With dynamo's
-        # automatic dynamism a second config compiled in the same process turns a closed-over float
-        # (a learning rate, tau) into a SymFloat, which the scan op refuses as an input.
-        fn = control.compile(fn, fullgraph=True, dynamic=False, mode=mode)
-    return fn
+    if not compile:
+        return fn
+    # One compiled callable per static key, so reuse does not hang on which closures and objects
+    # dynamo's guards accept from a new agent. The update's code is part of the key: an agent
+    # given another update (dataclasses.replace) keeps its static key but not this step. An agent
+    # without a key shares with itself only (its id stays unique: the entry keeps it alive). The
+    # compiler is part of the key too, so a step made by another compiler (a test's) is not reused.
+    update_code = getattr(agent.update, "__code__", agent.update)
+    owner = (agent.static_key, update_code) if agent.static_key is not None else id(agent)
+    cache_key = (owner, batched, mode, control.compile)
+    compiled = _COMPILED_STEPS.get(cache_key)
+    if compiled is None:
+        # Static shapes, as jax.jit: the float hyper-parameters are inputs (train-state tensors).
+        compiled = control.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+        _COMPILED_STEPS[cache_key] = compiled
+    return compiled
 
 
 def init_state(
