@@ -24,6 +24,10 @@ over its ``num_steps`` steps) and the policy acts with the params of the start o
 ``learning_starts`` and the ε schedule are branch-free (``torch.where`` on the update count): no
 host sync inside the step.
 
+The float hyper-parameters (:data:`SWEEPABLE`) ride as tensors in the train state (the learning
+rate in the optimiser's state, the rest in ``hparams``) and ``update`` reads them from there
+only: configs that differ in them share one compiled step, and a sweep is a ``vmap``.
+
 Purity. ``update`` is pure in everything but the replay storage: the buffer ``add`` donates its
 input (see :mod:`funrl.buffers`), so after ``update(state, key)`` the storage of ``state`` holds
 the new rows and ``state`` is stale. What holds (tested): two fresh copies of a state
@@ -47,21 +51,28 @@ from funrl.agents.common import (
     check_offpolicy_config,
     contiguous_copy,
     episode_metrics,
+    float32_tensors,
     make_batched_env,
     masked,
     replay_example,
+    static_key,
     sweepable_values,
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
 from funrl.control import scan
 
-__all__ = ["NAME", "SWEEPABLE", "DQNConfig", "DQNTrainState", "make_train", "linear_epsilon"]
+__all__ = [
+    "NAME",
+    "SWEEPABLE",
+    "DQNConfig",
+    "DQNHyperParams",
+    "DQNTrainState",
+    "make_train",
+    "linear_epsilon",
+]
 
 NAME = "dqn"
-
-SWEEPABLE = ("learning_rate",)
-"""Names ``init(key, **hparams)`` takes; the learning rate lives in the optimiser state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +117,21 @@ class DQNConfig(OffPolicySchedule):
             raise ValueError(f"loss_type: expected 'mse' or 'huber', got {self.loss_type!r}")
 
 
+class DQNHyperParams(NamedTuple):
+    """Float32 scalar tensors in the train state (the learning rate is in the optimiser state)."""
+
+    gamma: torch.Tensor
+    tau: torch.Tensor
+    start_e: torch.Tensor
+    end_e: torch.Tensor
+    exploration_fraction: torch.Tensor
+
+
+SWEEPABLE = ("learning_rate", *DQNHyperParams._fields)
+"""The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
+other raises). The compiled step does not depend on them."""
+
+
 class DQNTrainState(NamedTuple):
     params: dict[str, torch.Tensor]
     target_params: dict[str, torch.Tensor]
@@ -115,19 +141,31 @@ class DQNTrainState(NamedTuple):
     obs: torch.Tensor
     update_count: torch.Tensor
     gradient_count: torch.Tensor
+    hparams: DQNHyperParams
 
 
-def linear_epsilon(start_e: float, end_e: float, duration: float, step: torch.Tensor) -> torch.Tensor:
+def linear_epsilon(
+    start_e: float | torch.Tensor,
+    end_e: float | torch.Tensor,
+    duration: float | torch.Tensor,
+    step: torch.Tensor,
+) -> torch.Tensor:
     """CleanRL's ``linear_schedule``: ``max(end_e, start_e + (end_e - start_e) * step / duration)``.
 
     Args:
-        start_e, end_e: ε at step 0 and from ``duration`` on.
+        start_e, end_e: ε at step 0 and from ``duration`` on (floats or 0-d float tensors).
         duration: steps of the decay (> 0; CleanRL's ``exploration_fraction * total_timesteps``).
         step: environment steps so far (an integer tensor; any shape).
+
+    Returns:
+        ε, float32 of ``step``'s shape.
     """
+    start_e, end_e, duration = (
+        torch.as_tensor(v, dtype=torch.float32, device=step.device) for v in (start_e, end_e, duration)
+    )
     slope = (end_e - start_e) / duration
     value = start_e + slope * step.to(torch.float32)
-    return torch.clamp(value, min=min(start_e, end_e), max=max(start_e, end_e))
+    return torch.clamp(value, min=torch.minimum(start_e, end_e), max=torch.maximum(start_e, end_e))
 
 
 def epsilon_greedy(key: torch.Tensor, q_values: torch.Tensor, epsilon: torch.Tensor) -> torch.Tensor:
@@ -152,7 +190,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         raise TypeError(f"config: expected a DQNConfig, got {type(config).__name__}")
     device = torch.device(device)
     benv, env_params, continuous = make_batched_env(
-        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False, config.gamma
+        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False
     )
     if continuous:
         arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
@@ -166,13 +204,12 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         lambda features, hidden: nets.QNetwork(features, num_actions, hidden),
     )
     buffer = buffers.flat(config.buffer_size)
-    exploration_steps = max(config.exploration_fraction * config.total_steps, 1.0)
     target_period = config.target_network_frequency // config.train_frequency
 
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
 
-    tx = optimizer(config.learning_rate)
+    tx = optimizer(config.learning_rate)  # its update reads the rate from the optimiser state
 
     def q_values(params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
         return nets.apply(module, params, obs)
@@ -191,25 +228,28 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
             gradient_count=torch.zeros((), dtype=torch.int64, device=device),
+            hparams=float32_tensors(DQNHyperParams, values, device),
         )
 
-    def loss_fn(params, target_params, batch: dict[str, torch.Tensor]):
+    def loss_fn(params, target_params, batch: dict[str, torch.Tensor], gamma: torch.Tensor):
         next_q_target = q_values(target_params, batch["next_obs"])
         if config.double_q:
             next_q_online = q_values(params, batch["next_obs"]).detach()
             target = L.double_q_learning_target(
-                batch["reward"], next_q_online, next_q_target, batch["terminated"], config.gamma
+                batch["reward"], next_q_online, next_q_target, batch["terminated"], gamma
             )
         else:
-            target = L.q_learning_target(batch["reward"], next_q_target, batch["terminated"], config.gamma)
+            target = L.q_learning_target(batch["reward"], next_q_target, batch["terminated"], gamma)
         return L.dqn_loss(q_values(params, batch["obs"]), batch["action"], target, config.loss_type)
 
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
     def update(state: DQNTrainState, key: torch.Tensor) -> tuple[DQNTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_train = random.split(key)
+        hp = state.hparams
         env_steps = state.update_count * config.steps_per_update
-        epsilon = linear_epsilon(config.start_e, config.end_e, exploration_steps, env_steps)
+        exploration_steps = torch.clamp(hp.exploration_fraction * config.total_steps, min=1.0)
+        epsilon = linear_epsilon(hp.start_e, hp.end_e, exploration_steps, env_steps)
 
         def act(k: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, dict]:
             return epsilon_greedy(k, q_values(state.params, obs).detach(), epsilon), {}
@@ -238,12 +278,12 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         def gradient_step(carry, step_key):
             params, target_params, opt_state, count = carry
             batch = buffer.sample(buffer_state, step_key, config.batch_size).items
-            grads, (loss, metrics) = grad_fn(params, target_params, batch)
+            grads, (loss, metrics) = grad_fn(params, target_params, batch, hp.gamma)
             updates, new_opt_state = tx.update(grads, opt_state, params)
             new_params = optim.apply_updates(params, updates)
             new_count = count + active.to(count.dtype)
             refresh = active & (new_count % target_period == 0)
-            new_target = L.polyak(target_params, new_params, config.tau)
+            new_target = L.polyak(target_params, new_params, hp.tau)
             carry = (
                 masked(active, new_params, params),
                 masked(refresh, new_target, target_params),
@@ -268,6 +308,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             obs=rollout_state.obs,
             update_count=state.update_count + 1,
             gradient_count=gradient_count,
+            hparams=hp,
         )
         return new_state, metrics
 
@@ -285,6 +326,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         env=benv,
         env_params=env_params,
         device=device,
+        static_key=static_key(NAME, config, SWEEPABLE, env, device),
     )
 
 

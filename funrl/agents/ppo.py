@@ -16,9 +16,10 @@ whose running statistics the whole env batch shares (gymnasium's vector wrappers
 Observations of shape ``[H, W, C]`` (MinAtar) get MinAtar's baseline CNN with one linear layer
 per head instead of the MLPs (``network``, see :mod:`funrl.agents.networks`).
 
-The sweepable hyper-parameters (:data:`SWEEPABLE`) live as tensors in the train state -- the
+The float hyper-parameters (:data:`SWEEPABLE`) live as tensors in the train state -- the
 learning rate in the optimiser's state (``funrl.optim.inject_hyperparams``), the loss
-coefficients in ``hparams`` -- so ``vmap`` over train states runs a sweep in one call.
+coefficients, γ and λ in ``hparams`` -- and ``update`` reads them from there only: configs that
+differ in them share one compiled step, and ``vmap`` over train states runs a sweep in one call.
 Truncated episodes bootstrap from ``V(final_obs)``; terminated ones do not.
 """
 
@@ -38,6 +39,7 @@ from funrl.agents.common import (
     episode_metrics,
     float32_tensors,
     make_batched_env,
+    static_key,
     sweepable_values,
 )
 from funrl.agents.networks import check_network, make_network
@@ -110,15 +112,21 @@ class PPOConfig:
 
 
 class PPOHyperParams(NamedTuple):
-    """The loss coefficients, float32 scalar tensors (the learning rate is in the optimiser state)."""
+    """The loss coefficients, γ and λ: float32 scalar tensors (the learning rate is in the optimiser state)."""
 
     ent_coef: torch.Tensor
     clip_eps: torch.Tensor
     vf_coef: torch.Tensor
+    gamma: torch.Tensor
+    gae_lambda: torch.Tensor
 
 
 SWEEPABLE = ("learning_rate", *PPOHyperParams._fields)
-"""Names ``init(key, **hparams)`` (and ``train(..., hparams=...)``) takes; any other raises."""
+"""The config fields that ride in the train state: the names ``init(key, **hparams)`` (and
+``train(..., hparams=...)``) takes; any other raises. The compiled step does not depend on them.
+
+``max_grad_norm`` is static: the clipping transformation holds it as a Python float. Reward
+normalisation (continuous actions) discounts with its wrapper's own γ (0.99), not ``gamma``."""
 
 
 class PPOTrainState(NamedTuple):
@@ -185,7 +193,7 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             parts.append(optim.scale_by_schedule(annealing))
         return optim.chain(*parts)
 
-    tx = optimizer(config.learning_rate)
+    tx = optimizer(config.learning_rate)  # its update reads the rate from the optimiser state
 
     def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         return nets.apply(module, params, obs)
@@ -250,8 +258,8 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             next_values,
             traj.terminated,
             traj.truncated,
-            config.gamma,
-            config.gae_lambda,
+            state.hparams.gamma,
+            state.hparams.gae_lambda,
         )
         data = {
             "obs": traj.obs,
@@ -311,6 +319,7 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         env=benv,
         env_params=env_params,
         device=device,
+        static_key=static_key(NAME, config, SWEEPABLE, env, device),
     )
 
 

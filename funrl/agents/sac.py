@@ -18,6 +18,11 @@ same count), learning starts after 1e3 transitions instead of 5e3 and the buffer
 1e6) transitions, sized for the 2e4-step Pendulum-v1 budget of BENCHMARKS.md. The actor acts in
 ``[-1, 1]``; the environment receives ``low + (a + 1) (high - low) / 2``; the buffer stores ``a``.
 
+The float hyper-parameters (:data:`SWEEPABLE`) ride as tensors in the train state -- the rates in
+the optimisers' states, γ and τ in ``hparams``, ``alpha`` as the initial (or, without
+``autotune``, fixed) ``log_alpha`` -- and ``update`` reads them from there only: configs that
+differ in them share one compiled step, and a sweep is a ``vmap``.
+
 Purity: as for DQN, ``update`` is pure except that the buffer ``add`` writes into the storage of
 the state it is given (donation, see :mod:`funrl.buffers`); fresh copies of a state give the same
 outputs (tested).
@@ -42,22 +47,20 @@ from funrl.agents.common import (
     check_offpolicy_config,
     contiguous_copy,
     episode_metrics,
+    float32_tensors,
     make_batched_env,
     masked,
     replay_example,
+    static_key,
     sweepable_values,
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
 from funrl.control import scan
 
-__all__ = ["NAME", "SWEEPABLE", "SACConfig", "SACTrainState", "make_train"]
+__all__ = ["NAME", "SWEEPABLE", "SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
 
 NAME = "sac"
-
-SWEEPABLE = ("policy_lr", "q_lr")
-"""Names ``init(key, **hparams)`` takes: the actor's rate, and the critics' and temperature's, each
-a tensor of its optimiser's state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +81,19 @@ class SACConfig(ContinuousOffPolicyConfig):
             raise ValueError(f"alpha: expected a value > 0, got {self.alpha}")
 
 
+class SACHyperParams(NamedTuple):
+    """Float32 scalar tensors in the train state (the rates are in the optimisers' states)."""
+
+    gamma: torch.Tensor
+    tau: torch.Tensor
+
+
+SWEEPABLE = ("policy_lr", "q_lr", *SACHyperParams._fields, "alpha")
+"""The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
+other raises). The actor's rate, the critics' and temperature's rate (each a tensor of its
+optimiser's state), γ, τ and the initial temperature. The compiled step does not depend on them."""
+
+
 class SACTrainState(NamedTuple):
     params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": stacked [2, ...]}
     target_critic: dict[str, torch.Tensor]
@@ -89,6 +105,7 @@ class SACTrainState(NamedTuple):
     env_state: Any
     obs: torch.Tensor
     update_count: torch.Tensor
+    hparams: SACHyperParams
 
 
 class ContinuousSetup(NamedTuple):
@@ -104,7 +121,7 @@ class ContinuousSetup(NamedTuple):
 def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.device) -> ContinuousSetup:
     """A batched env with a Box action space (no normalisation wrappers) and ``[-1, 1] -> [low, high]``."""
     benv, env_params, continuous = make_batched_env(
-        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False, config.gamma
+        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False
     )
     arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
     if not continuous:
@@ -213,7 +230,8 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
 
-    # The temperature steps with the critics' rate (CleanRL's q_lr).
+    # The temperature steps with the critics' rate (CleanRL's q_lr). Their updates read the rates
+    # from the optimiser states.
     actor_tx, critic_tx = optimizer(config.policy_lr), optimizer(config.q_lr)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> SACTrainState:
@@ -223,7 +241,8 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             actor, critic, key_actor, key_critic, device
         )
         obs, env_state = setup.env.reset(key_env.to(device), setup.env_params)
-        log_alpha = torch.tensor(math.log(config.alpha), dtype=torch.float32, device=device)
+        # log in float64, then rounded: the float32 value math.log(alpha) gives
+        log_alpha = torch.as_tensor(values["alpha"], dtype=torch.float64).log().to(device, torch.float32)
         return SACTrainState(
             params={"actor": actor_params, "critic": critic_params},
             target_critic=ftree.map(torch.clone, critic_params),
@@ -235,6 +254,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
+            hparams=float32_tensors(SACHyperParams, values, device),
         )
 
     critic_grad = torch.func.grad_and_value(L.sac_critic_objective, has_aux=True)
@@ -245,6 +265,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         key_rollout, key_train = random.split(key)
         warming_up = state.update_count * n < config.learning_starts
         actor_params = state.params["actor"]
+        hp = state.hparams
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
             loc, scale = nets.apply(actor, actor_params, obs)
@@ -265,7 +286,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             alpha = log_alpha.exp().detach()
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
                 params["critic"], params["actor"], target_critic, alpha, batch, key_critic,
-                actor=actor, critic=critic, gamma=config.gamma,
+                actor=actor, critic=critic, gamma=hp.gamma,
             )  # fmt: skip
             updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
             new_critic = optim.apply_updates(params["critic"], updates)
@@ -280,7 +301,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
                 new_log_alpha = optim.apply_updates(log_alpha, update_alpha)
             else:
                 alpha_loss, new_alpha_opt, new_log_alpha = torch.zeros_like(log_alpha), alpha_opt, log_alpha
-            new_target = L.polyak(target_critic, new_critic, config.tau)
+            new_target = L.polyak(target_critic, new_critic, hp.tau)
             new = ({"actor": new_actor, "critic": new_critic}, new_target, new_actor_opt, new_critic_opt)
             new = (*new, new_log_alpha, new_alpha_opt)
             metrics = {
@@ -317,6 +338,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             env_state=rollout_state.env_state,
             obs=rollout_state.obs,
             update_count=state.update_count + 1,
+            hparams=hp,
         )
         return new_state, metrics
 
@@ -335,6 +357,7 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         env=setup.env,
         env_params=setup.env_params,
         device=device,
+        static_key=static_key(NAME, config, SWEEPABLE, env, device),
     )
 
 

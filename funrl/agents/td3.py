@@ -16,6 +16,10 @@ after 1e3 transitions instead of 2.5e4 and the buffer holds 1e5 transitions, for
 Pendulum-v1 budget of BENCHMARKS.md. The actor acts in ``[-1, 1]`` (noise in those units, i.e.
 CleanRL's noise times the action scale); the environment receives ``low + (a + 1) (high - low) / 2``.
 
+The float hyper-parameters (:data:`SWEEPABLE`) ride as tensors in the train state (the learning
+rate in the optimisers' states, the rest in ``hparams``) and ``update`` reads them from there
+only: configs that differ in them share one compiled step, and a sweep is a ``vmap``.
+
 Purity: as for DQN and SAC, ``update`` is pure except for the donated replay storage; fresh
 copies of a state give the same outputs (tested).
 """
@@ -40,6 +44,7 @@ from funrl.agents.common import (
     float32_tensors,
     masked,
     replay_example,
+    static_key,
     sweepable_values,
 )
 from funrl.agents.networks import make_network
@@ -105,11 +110,16 @@ class TD3Config(ContinuousOffPolicyConfig):
 class TD3HyperParams(NamedTuple):
     """Float32 scalar tensors in the train state (the learning rate is in the optimisers' states)."""
 
+    gamma: torch.Tensor
+    tau: torch.Tensor
+    policy_noise: torch.Tensor
+    noise_clip: torch.Tensor
     exploration_noise: torch.Tensor
 
 
 SWEEPABLE = ("learning_rate", *TD3HyperParams._fields)
-"""Names ``init(key, **hparams)`` takes; any other raises."""
+"""The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
+other raises). The compiled step does not depend on them."""
 
 
 class TD3TrainState(NamedTuple):
@@ -150,7 +160,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
 
-    tx = optimizer(config.learning_rate)
+    tx = optimizer(config.learning_rate)  # its update reads the rate from the optimiser states
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> TD3TrainState:
         values = sweepable_values(config, hparam_overrides, SWEEPABLE)
@@ -200,8 +210,8 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
             batch = buffer.sample(buffer_state, key_sample, config.batch_size).items
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
                 params["critic"], target_params["actor"], target_params["critic"], batch, key_noise,
-                actor=actor, critic=critic, gamma=config.gamma,
-                policy_noise=config.policy_noise, noise_clip=config.noise_clip,
+                actor=actor, critic=critic, gamma=hp.gamma,
+                policy_noise=hp.policy_noise, noise_clip=hp.noise_clip,
             )  # fmt: skip
             updates, new_critic_opt = tx.update(critic_grads, critic_opt, params["critic"])
             new_critic = optim.apply_updates(params["critic"], updates)
@@ -214,7 +224,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
             new_count = count + active.to(count.dtype)
             delayed = active & (new_count % config.policy_frequency == 0)
             new_params = {"actor": new_actor, "critic": new_critic}
-            new_target = L.polyak(target_params, new_params, config.tau)
+            new_target = L.polyak(target_params, new_params, hp.tau)
             carry = (
                 {
                     "actor": masked(delayed, new_actor, params["actor"]),
@@ -266,6 +276,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         env=setup.env,
         env_params=setup.env_params,
         device=device,
+        static_key=static_key(NAME, config, SWEEPABLE, env, device),
     )
 
 
