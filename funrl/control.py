@@ -259,11 +259,12 @@ def _scan_hop(
 
     def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], Tree]:
         new_carry, y = f(torch_pytree.tree_unflatten(carry_leaves, init_spec), x)
-        # Each new carry leaf is written into a tensor laid out like the carry it replaces: the op
-        # requires the carry to keep its strides, and under vmap the layout the step's arithmetic
-        # picks can differ from the init's (the batch dimension sits elsewhere in memory).
+        # Each new carry leaf is written into a copy of the carry it replaces: the op requires the
+        # carry to keep its exact strides, and under vmap the layout the step's arithmetic picks
+        # can differ from the init's (the batch dimension sits elsewhere in memory, size-1 dims
+        # get other strides); a clone keeps them, even under vmap.
         new_leaves = [
-            torch.empty_like(old).copy_(new)
+            old.clone().copy_(new)
             for old, new in zip(carry_leaves, torch_pytree.tree_leaves(new_carry), strict=True)
         ]
         if _is_plain(y):

@@ -386,12 +386,14 @@ def test_compiled_scan_under_vmap_with_a_fresh_zero_carry(seed_dim):
     (the failure of 8-seed PPO's GAE)."""
 
     def backward_sum(errors, decays):
-        def step(later, x):
+        def step(carry, x):
+            later, bias = carry  # bias: a size-1 leaf, like a value head's bias in a minibatch loop
             error, decay = x
-            total = error + decay * later
-            return total, total
+            total = error + decay * later + bias
+            return (total, bias * decay.mean()), total
 
-        return scan(step, torch.zeros_like(errors[0]), (errors, decays), reverse=True)[1]
+        init = (torch.zeros_like(errors[0]), errors[0, :1] * 0 + 1)
+        return scan(step, init, (errors, decays), reverse=True)[1]
 
     g = torch.Generator().manual_seed(0)
     shape = [6, 4]
