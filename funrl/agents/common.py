@@ -372,7 +372,7 @@ def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = Non
     compiled = _COMPILED_STEPS.get(cache_key)
     if compiled is None:
         # Static shapes, as jax.jit: the float hyper-parameters are inputs (train-state tensors).
-        compiled = control.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+        compiled = control.compile(fn, fullgraph=True, dynamic=False, mode=mode, device=agent.device)
         _COMPILED_STEPS[cache_key] = compiled
     return compiled
 

@@ -146,7 +146,9 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> list[torch.fx.GraphModule]:
         captured.append(gm)
         return gm.forward
 
-    def counting_compile(fn: Any, *, fullgraph: bool, dynamic: bool | None, mode: str | None) -> Any:
+    def counting_compile(
+        fn: Any, *, fullgraph: bool, dynamic: bool | None, mode: str | None, device: Any
+    ) -> Any:
         return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, backend=capture)
 
     monkeypatch.setattr(common, "_COMPILED_STEPS", {})

@@ -28,8 +28,8 @@ def test_make_step_compiles_one_static_full_graph(monkeypatch: pytest.MonkeyPatc
     common.make_step(agent, batched=True, compile=True)
     common.make_step(agent, batched=False, compile=True, mode="reduce-overhead")
     assert calls == [
-        {"fullgraph": True, "dynamic": False, "mode": None},
-        {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead"},
+        {"fullgraph": True, "dynamic": False, "mode": None, "device": agent.device},
+        {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead", "device": agent.device},
     ]
 
 
