@@ -56,7 +56,7 @@ def test_make_train_rejects_discrete_env_and_wrong_config() -> None:
     with pytest.raises(TypeError, match="config: expected a SACConfig"):
         sac.make_train(TINY.__dict__)
     with pytest.raises(
-        ValueError, match=r"hparams: unknown \['learning_rate'\]; sweepable: \['policy_lr', 'q_lr'\]"
+        ValueError, match=r"hparams: unknown \['learning_rate'\]; sweepable: \['policy_lr', 'q_lr'"
     ):
         sac.make_train(TINY).init(random.key(0), learning_rate=1e-3)
 
