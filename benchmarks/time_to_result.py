@@ -124,7 +124,7 @@ def contestants(
 
     rows = [
         ("sb3", sb3(steps), False, "sb3"),
-        ("funrl cold", funrl(steps), True, "sb3"),
+        ("funrl cold", funrl(steps), False, "sb3"),  # the round's shared cache is empty until here
         ("funrl warm", funrl(steps), False, "sb3"),
         ("funrl warm, new lr", funrl(steps) + ["--lr", "1e-3"], False, "sb3"),
     ]
