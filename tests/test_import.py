@@ -60,5 +60,5 @@ def test_import_funrl_reaches_every_subpackage_and_changes_no_global_state(tmp_p
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["after"] == report["before"]
     assert report["loaded"] == []  # subpackages load on first use
-    expected = ["agents", "buffers", "control", "envs", "losses", "nets", "optim", "random", "tree"]
+    expected = ["agents", "buffers", "control", "envs", "losses", "nets", "optim", "random", "testing", "tree"]
     assert {name: f"funrl.{name}" for name in expected} == report["reached"]
