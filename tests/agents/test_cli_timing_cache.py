@@ -31,3 +31,28 @@ def test_cache_path_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     assert capsys.readouterr().out.strip() == str(folder)
     assert main(["cache", "clear"]) == 0
     assert not folder.exists()
+
+
+def test_the_progress_bar_says_it_is_compiling_and_keeps_its_clock_moving() -> None:
+    import time
+
+    from funrl.agents import run
+
+    class Bar:
+        def __init__(self) -> None:
+            self.desc, self.refreshes = "ppo CartPole-v1 x1", 0
+
+        def set_description_str(self, text: str) -> None:
+            self.desc = text
+
+        def refresh(self) -> None:
+            self.refreshes += 1
+
+    bar = Bar()
+    with run._compiling_note(bar):
+        assert bar.desc == "ppo CartPole-v1 x1 (compiling the update step)"
+        time.sleep(2.2)
+    assert bar.refreshes >= 1
+    assert bar.desc == "ppo CartPole-v1 x1"
+    with run._compiling_note(None):  # no bar (--no-progress): nothing to say
+        pass
