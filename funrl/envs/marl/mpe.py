@@ -1,0 +1,250 @@
+"""The shared part of the Multi-Particle Environments: state, params, actions, reset, step.
+
+mpe2 (``mpe2/_mpe_utils/simple_env.py``) is the reference. A scenario (one file each) lists its
+agents and landmarks as :class:`Entity` specs and defines ``observations``, ``rewards`` and the
+goal draw; this module turns actions into forces and messages, steps the world
+(``funrl.envs.marl.physics``), counts time and truncates after ``max_steps_in_episode`` steps
+(mpe2's ``max_cycles``, 25). No MPE scenario terminates: ``terminated`` is always false.
+
+Actions (per agent, mpe2's layout):
+
+- discrete (default): a movable agent picks ``[no_action, left, right, down, up]``; one that
+  also speaks picks ``move + 5 * word`` from ``5 * dim_c`` actions; a speaker that cannot move
+  picks a word from ``dim_c``. The force is the unit direction times ``accel`` (5 unless the
+  scenario sets it); a word becomes the one-hot message.
+- continuous (``continuous_actions=True``): ``Box(0, 1)`` of ``[no_action, left, right, down,
+  up]`` (movable) followed by the ``dim_c`` message values (speaking). The force is
+  ``accel * (right - left, up - down)``. Values are clipped to ``[0, 1]``, as mpe2's default
+  wrapper clips them; NaN or inf is an error in eager mode.
+
+A silent agent's message is zeros. Teams are mpe2's agent names without the index (``agent``,
+``adversary``, ``speaker``, ``listener``); every agent of a team shares its spaces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import torch
+
+from funrl import random
+from funrl.envs.core import Box, Discrete, EnvParams, Space
+from funrl.envs.marl.core import MultiAgentEnv, Teams, check_actions
+from funrl.envs.marl.physics import Bodies, world_step
+
+__all__ = ["Entity", "MPEParams", "MPEState", "MPEEnvironment", "distance", "others_index"]
+
+NUM_MOVES = 5  # no_action, left, right, down, up
+
+
+class MPEState(NamedTuple):
+    """Positions and velocities ``[E, 2]`` (agents, then landmarks; float32), the agents' messages
+    ``[A, dim_c]``, each agent's goal landmark ``[A]`` (int64; what it means is the scenario's)
+    and the steps taken (int32)."""
+
+    pos: torch.Tensor
+    vel: torch.Tensor
+    comm: torch.Tensor
+    goal: torch.Tensor
+    time: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class MPEParams(EnvParams):
+    """mpe2's world constants and episode length (``max_cycles``)."""
+
+    max_steps_in_episode: int = 25
+    dt: float = 0.1
+    damping: float = 0.25
+    contact_force: float = 100.0
+    contact_margin: float = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Entity:
+    """A disc of the world: an agent (movable unless said otherwise) or a landmark."""
+
+    name: str
+    size: float = 0.05
+    movable: bool = True
+    collide: bool = True
+    silent: bool = True
+    accel: float = 5.0  # mpe2's default sensitivity
+    max_speed: float = math.inf
+    mass: float = 1.0
+
+
+def distance(delta: torch.Tensor) -> torch.Tensor:
+    """Euclidean norm over the last axis, computed as mpe2 computes it."""
+    return delta.square().sum(-1).sqrt()
+
+
+def others_index(num: int, device: torch.device) -> torch.Tensor:
+    """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others")."""
+    return torch.tensor([[j for j in range(num) if j != i] for i in range(num)], device=device)
+
+
+class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
+    """A Multi-Particle Environment; scenarios subclass it (see the module docstring)."""
+
+    env_id: str = ""
+    dim_c: int = 2
+    landmark_range: float = 1.0  # landmarks reset uniform in [-range, range]^2
+
+    def __init__(self, agents: list[Entity], landmarks: list[Entity], continuous_actions: bool = False):
+        if not isinstance(continuous_actions, bool):
+            raise TypeError(f"continuous_actions: expected a bool, got {continuous_actions!r}")
+        self.entities = tuple(agents) + tuple(dataclasses.replace(lm, movable=False) for lm in landmarks)
+        self.num_agents = len(agents)
+        self.num_landmarks = len(landmarks)
+        self.continuous_actions = continuous_actions
+        self._agents = tuple(agent.name for agent in agents)
+        self._team_entities: dict[str, list[Entity]] = {}
+        for team, ids in self.teams.items():
+            members = [e for e in agents if e.name in ids]
+            if len({(e.movable, e.silent) for e in members}) != 1:
+                raise ValueError(f"team {team!r}: every agent must share movable and silent")
+            self._team_entities[team] = members
+
+    @property
+    def name(self) -> str:
+        return self.env_id
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return self._agents
+
+    def bodies(self, device: torch.device) -> Bodies:
+        def column(field: str, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor([getattr(e, field) for e in self.entities], dtype=dtype, device=device)
+
+        return Bodies(
+            size=column("size", torch.float32),
+            mass=column("mass", torch.float32),
+            movable=column("movable", torch.bool),
+            collide=column("collide", torch.bool),
+            max_speed=column("max_speed", torch.float32),
+        )
+
+    # -- spaces ------------------------------------------------------------------------------
+
+    def action_spaces(self, params: MPEParams | None = None) -> dict[str, Space]:
+        spaces: dict[str, Space] = {}
+        for team, (first, *_) in self._team_entities.items():
+            moves = NUM_MOVES if first.movable else (0 if self.continuous_actions else 1)
+            words = 0 if first.silent else self.dim_c
+            if self.continuous_actions:
+                spaces[team] = Box(0.0, 1.0, (moves + words,), torch.float32)
+            else:
+                spaces[team] = Discrete(moves * max(words, 1))
+        return spaces
+
+    def observation_spaces(self, params: MPEParams | None = None) -> dict[str, Space]:
+        params = self.default_params if params is None else params
+        _, state = self.reset_env(random.key(0), params)
+        obs = self.observations(state, params)
+        return {team: Box(-math.inf, math.inf, (o.shape[-1],), torch.float32) for team, o in obs.items()}
+
+    def global_state_space(self, params: MPEParams | None = None) -> Box:
+        size = sum(len(self.teams[t]) * s.shape[0] for t, s in self.observation_spaces(params).items())
+        return Box(-math.inf, math.inf, (size,), torch.float32)
+
+    def global_state(self, state: MPEState, params: MPEParams | None = None) -> torch.Tensor:
+        """Every agent's observation, concatenated in agent order (mpe2's ``state()``)."""
+        params = self.default_params if params is None else params
+        return torch.cat([o.flatten(-2) for o in self.observations(state, params).values()], -1)
+
+    # -- scenario hooks ----------------------------------------------------------------------
+
+    def observations(self, state: MPEState, params: MPEParams) -> Teams:
+        raise NotImplementedError
+
+    def rewards(self, state: MPEState, params: MPEParams) -> Teams:
+        raise NotImplementedError
+
+    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
+        """``[A]`` int64 goal landmark per agent; scenarios without goals keep zeros."""
+        return torch.zeros(self.num_agents, dtype=torch.int64, device=key.device)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def decode_actions(self, actions: Teams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action force ``[A, 2]`` and message ``[A, dim_c]`` of every agent (module docstring)."""
+        forces, messages = [], []
+        for team, members in self._team_entities.items():
+            action, first = actions[team], members[0]
+            device = action.device
+            if self.continuous_actions:
+                action = action.clamp(0.0, 1.0)
+                word = action[..., NUM_MOVES:] if first.movable else action
+                direction = (
+                    [action[..., 2] - action[..., 1], action[..., 4] - action[..., 3]]
+                    if first.movable
+                    else []
+                )
+            else:
+                move = action if first.silent else action % NUM_MOVES
+                direction = [
+                    (move == 2).float() - (move == 1).float(),
+                    (move == 4).float() - (move == 3).float(),
+                ]
+                say = action // NUM_MOVES if first.movable else action
+                word = (say.unsqueeze(-1) == torch.arange(self.dim_c, device=device)).float()
+            if first.movable:
+                accel = torch.tensor([e.accel for e in members], dtype=torch.float32, device=device)
+                forces.append(torch.stack(direction, -1) * accel.unsqueeze(-1))
+            else:
+                forces.append(torch.zeros(len(members), 2, device=device))
+            messages.append(torch.zeros(len(members), self.dim_c, device=device) if first.silent else word)
+        return torch.cat(forces), torch.cat(messages)
+
+    # -- reset and step ----------------------------------------------------------------------
+
+    def reset_env(self, key: torch.Tensor, params: MPEParams) -> tuple[Teams, MPEState]:
+        k_agents, k_landmarks, k_goal = random.split(key, 3)
+        agent_pos = random.uniform(k_agents, (self.num_agents, 2), minval=-1.0, maxval=1.0)
+        r = self.landmark_range
+        landmark_pos = random.uniform(k_landmarks, (self.num_landmarks, 2), minval=-r, maxval=r)
+        pos = torch.cat([agent_pos, landmark_pos])
+        state = MPEState(
+            pos=pos,
+            vel=torch.zeros_like(pos),
+            comm=torch.zeros(self.num_agents, self.dim_c, device=key.device),
+            goal=self.reset_goal(k_goal),
+            time=torch.zeros((), dtype=torch.int32, device=key.device),
+        )
+        return self.observations(state, params), state
+
+    def step_keys(self, key: torch.Tensor, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The transition draws nothing, so the reset takes the whole key."""
+        return key, key
+
+    def step_env(
+        self, key: torch.Tensor, state: MPEState, actions: Teams, params: MPEParams
+    ) -> tuple[Teams, MPEState, Teams, Teams, Teams, dict[str, Any]]:
+        check_actions(actions, self.action_spaces(params), self.teams)
+        force, comm = self.decode_actions(actions)
+        pos, vel = world_step(
+            state.pos,
+            state.vel,
+            force,
+            self.bodies(state.pos.device),
+            params.dt,
+            params.damping,
+            params.contact_force,
+            params.contact_margin,
+        )
+        state = MPEState(pos, vel, comm, state.goal, state.time + 1)
+        truncated = state.time >= params.max_steps_in_episode
+        terminated = {
+            t: torch.zeros(len(ids), dtype=torch.bool, device=pos.device) for t, ids in self.teams.items()
+        }
+        truncated = {t: truncated.expand(len(ids)) for t, ids in self.teams.items()}
+        return self.observations(state, params), state, self.rewards(state, params), terminated, truncated, {}
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(agents={list(self.agents)}, continuous_actions={self.continuous_actions})"
+        )

@@ -1,0 +1,86 @@
+"""simple_spread: N agents cover N landmarks without colliding (mpe2's ``simple_spread_v3``).
+
+Reference: ``mpe2/simple_spread/simple_spread.py``. Agents (team ``agent``, size 0.15, colliding,
+silent) and landmarks start uniform in ``[-1, 1]^2``. Every agent's reward is
+``(1 - local_ratio) * global + local_ratio * local`` with ``global = -sum over landmarks of the
+distance to the nearest agent`` and ``local = -(number of other agents it overlaps)``.
+
+Observation of agent ``i`` (``4 + 2N + 2(N-1) + 2(N-1)``; 18 for N=3)::
+
+    [vel_i, pos_i, landmark_j - pos_i (j < N), pos_k - pos_i (k != i), message_k (k != i)]
+
+The messages are zeros (the agents are silent), as in mpe2. mpe2's curriculum, partial
+observability and ``terminate_on_success`` options are not provided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from funrl.envs.marl.core import Teams
+from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, distance, others_index
+from funrl.envs.marl.registry import register, split_kwargs
+
+__all__ = ["SimpleSpread", "SimpleSpreadParams", "make_simple_spread"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleSpreadParams(MPEParams):
+    """``local_ratio`` weighs the local (collision) reward against the global (coverage) one."""
+
+    local_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.local_ratio <= 1.0:
+            raise ValueError(f"local_ratio: expected a value in [0, 1], got {self.local_ratio}")
+
+
+class SimpleSpread(MPEEnvironment):
+    """``N`` agents ``agent_0 .. agent_{N-1}`` (one team, ``agent``) and ``N`` landmarks."""
+
+    env_id = "simple_spread"
+    dim_c = 2
+
+    def __init__(self, num_agents: int = 3, continuous_actions: bool = False):
+        if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 2:
+            raise ValueError(f"num_agents: expected an int >= 2, got {num_agents!r}")
+        agents = [Entity(f"agent_{i}", size=0.15) for i in range(num_agents)]
+        landmarks = [Entity(f"landmark {i}", collide=False) for i in range(num_agents)]
+        super().__init__(agents, landmarks, continuous_actions)
+
+    @property
+    def default_params(self) -> SimpleSpreadParams:
+        return SimpleSpreadParams()
+
+    def observations(self, state: MPEState, params: MPEParams) -> Teams:
+        n = self.num_agents
+        pos, vel = state.pos[:n], state.vel[:n]
+        others = others_index(n, pos.device)
+        to_landmarks = state.pos[n:].unsqueeze(0) - pos.unsqueeze(1)  # [i, j, 2]
+        to_others = (pos.unsqueeze(0) - pos.unsqueeze(1)).gather(1, others.unsqueeze(-1).expand(n, n - 1, 2))
+        messages = state.comm[others]  # [i, k, dim_c]
+        obs = torch.cat([vel, pos, to_landmarks.flatten(1), to_others.flatten(1), messages.flatten(1)], -1)
+        return {"agent": obs}
+
+    def rewards(self, state: MPEState, params: SimpleSpreadParams) -> Teams:
+        n = self.num_agents
+        pos = state.pos[:n]
+        coverage = -distance(state.pos[n:].unsqueeze(1) - pos.unsqueeze(0)).min(1).values.sum()
+        size = torch.tensor([e.size for e in self.entities[:n]], device=pos.device)
+        overlap = distance(pos.unsqueeze(1) - pos.unsqueeze(0)) < size.unsqueeze(1) + size.unsqueeze(0)
+        overlap = overlap & ~torch.eye(n, dtype=torch.bool, device=pos.device)
+        collisions = -overlap.sum(1).float()
+        return {"agent": coverage * (1 - params.local_ratio) + collisions * params.local_ratio}
+
+
+def make_simple_spread(**kwargs: Any) -> tuple[SimpleSpread, SimpleSpreadParams]:
+    """``make("simple_spread", N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)``;
+    any other ``SimpleSpreadParams`` field may be given too."""
+    env_kwargs, params = split_kwargs("simple_spread", SimpleSpreadParams, kwargs, N="num_agents")
+    return SimpleSpread(**env_kwargs), params
+
+
+register("simple_spread", make_simple_spread)
