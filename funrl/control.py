@@ -122,14 +122,21 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     ``device`` is where the compiled code runs (it picks the cache key's instruction set).
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
     takes either a mode or options; any other mode is passed as it is, without funrl's options.
+
+    Each call gets its own recompile limit (``isolate_recompiles``): dynamo keeps its compiled
+    entries per code object, and funrl compiles the same function (an agent's step) once per
+    static configuration, so without isolation the ninth configuration in a process would hit
+    dynamo's shared limit of eight and, under ``fullgraph=True``, raise. torch's global cap per
+    code object (``accumulated_recompile_limit``, 256) still applies.
     """
     merged = {**INDUCTOR_OPTIONS, **_cache_options(torch.device(device).type), **(options or {})}
     if mode == "reduce-overhead":
         merged["triton.cudagraphs"] = True
         mode = None
+    common = {"fullgraph": fullgraph, "dynamic": dynamic, "isolate_recompiles": True}
     if mode is not None:
-        return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
-    return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, options=merged)
+        return torch.compile(fn, mode=mode, **common)
+    return torch.compile(fn, options=merged, **common)
 
 
 def register_pytree_node(

@@ -258,6 +258,25 @@ def test_compile_adds_funrl_options_and_the_caller_wins(monkeypatch):
     assert seen[2]["options"] == {**funrl_options, "triton.cudagraphs": True}
     assert "mode" not in seen[2]
     assert seen[3]["mode"] == "max-autotune" and "options" not in seen[3]
+    assert all(kwargs["isolate_recompiles"] is True for kwargs in seen)
+
+
+@pytest.mark.slow
+def test_each_compiled_function_has_its_own_recompile_limit():
+    """funrl compiles one function (an agent's step) once per static config; dynamo keeps compiled
+    entries per code object and allows eight recompiles by default, so with a shared count the
+    ninth config raises under fullgraph. Every config's graph here is the same (one cheap compile,
+    then cache hits); dynamo still guards on each config's value and recompiles for it."""
+
+    def make_step(config: int):
+        def step(x: torch.Tensor) -> torch.Tensor:
+            return x + 1.0 if config >= 0 else x
+
+        return step
+
+    x = torch.zeros(3)
+    for config in range(12):
+        assert torch.equal(compile(make_step(config), dynamic=False)(x), x + 1.0)
 
 
 def test_register_pytree_node_lets_vmap_see_through_a_container():
