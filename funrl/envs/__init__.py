@@ -1,4 +1,8 @@
-"""Batched pure environments (see ``funrl.envs.core`` for the interface)."""
+"""Batched pure environments (see ``funrl.envs.core`` for the interface).
+
+``to_sb3_vec_env`` (``funrl.envs.sb3_bridge``) is imported on first use, so funrl imports without
+Stable-Baselines3.
+"""
 
 from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space, StepResult
 from funrl.envs.registry import make, register, registry
@@ -8,7 +12,7 @@ from funrl.envs import cartpole  # noqa: E402,F401  isort: skip
 from funrl.envs import acrobot, continuous_mountain_car, mountain_car, pendulum  # noqa: E402,F401  isort: skip
 from funrl.envs import bsuite  # noqa: E402,F401  isort: skip
 from funrl.envs import minatar  # noqa: E402,F401  isort: skip
-from funrl.envs.gymnasium_bridge import from_gymnasium, to_gymnasium  # noqa: E402  isort: skip
+from funrl.envs.gymnasium_bridge import from_gymnasium, to_gymnasium, to_gymnasium_env  # noqa: E402  isort: skip
 from funrl.envs.batched import BatchedEnv, vmap  # noqa: E402  isort: skip
 from funrl.envs.rollout import RolloutState, Trajectory, rollout  # noqa: E402  isort: skip
 from funrl.envs.checker import check, validate_action  # noqa: E402  isort: skip
@@ -16,6 +20,7 @@ from funrl.envs.checker import check, validate_action  # noqa: E402  isort: skip
 __all__ = [
     "from_gymnasium",
     "to_gymnasium",
+    "to_gymnasium_env",
     "BatchedEnv",
     "check",
     "validate_action",
@@ -33,3 +38,11 @@ __all__ = [
     "register",
     "registry",
 ]
+
+
+def __getattr__(name: str):
+    if name == "to_sb3_vec_env":
+        from funrl.envs.sb3_bridge import to_sb3_vec_env
+
+        return to_sb3_vec_env
+    raise AttributeError(f"module 'funrl.envs' has no attribute {name!r}")

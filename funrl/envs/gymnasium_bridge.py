@@ -4,6 +4,13 @@
 ``gymnasium.vector.VectorEnv`` (gymnasium 1.x conventions), so SB3, CleanRL or any gymnasium
 loop can train on it; one call steps all ``num_envs`` copies with ``vmap`` (optionally compiled).
 
+``to_gymnasium_env(env_id_or_env)`` wraps one copy as a plain ``gymnasium.Env`` (numpy in and
+out, no auto-reset: call ``reset`` after an episode ends, as with gymnasium's own envs), which
+is what gymnasium's ``check_env``, ``gymnasium.make``-style loops and SB3's ``check_env``,
+``DummyVecEnv`` or ``make_vec_env`` take. Both derive every funrl key from the seed given to
+``reset(seed=...)``, so a seed fixes the whole run. (``funrl.envs.to_sb3_vec_env`` is the batched
+SB3 ``VecEnv``, in :mod:`funrl.envs.sb3_bridge`.)
+
 ``from_gymnasium(id_or_env, num_envs)`` puts any gymnasium environment (a registered id, an env
 factory, or a ready vector env) behind funrl's ``reset``/``step`` signature, returning batched
 torch tensors, so funrl's agents and wrappers can run on it eagerly. It is **not pure**: the
@@ -32,12 +39,15 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from funrl import control, random
+from funrl.envs.checker import validate_action
 from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space, _where_tree
 from funrl.envs.registry import make
 
 __all__ = [
+    "FunrlEnv",
     "FunrlVectorEnv",
     "to_gymnasium",
+    "to_gymnasium_env",
     "HostEnvironment",
     "HostState",
     "from_gymnasium",
@@ -109,6 +119,97 @@ def _bound(values: np.ndarray) -> float | tuple:
 # ------------------------------------------------------------------------------------------------
 # funrl -> gymnasium
 # ------------------------------------------------------------------------------------------------
+
+
+class FunrlEnv(gym.Env):
+    """One copy of a funrl environment as a ``gymnasium.Env`` (see :func:`to_gymnasium_env`).
+
+    ``step`` is funrl's raw ``step_env``: the step that ends an episode (``terminated`` or the
+    time limit's ``truncated``) returns its last observation, and the next episode starts with
+    ``reset()``, as with gymnasium's own envs; ``info`` holds ``step_env``'s info as numpy.
+    Observations come back as numpy arrays of the space's dtype, rewards as Python floats and
+    flags as Python bools. Actions are checked: a wrong shape, kind or out-of-range value raises
+    a ``TypeError``/``ValueError`` naming ``action``.
+
+    Seeding: ``reset(seed=s)`` makes the key ``random.key(s)``, and each later ``reset`` and
+    ``step`` splits its key off that stream, so a seed fixes the whole run; a ``reset()`` without
+    a seed continues the stream (the constructor's ``seed`` starts it).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, env: Environment, params: Any, seed: int = 0, device: str | torch.device = "cpu"
+    ) -> None:
+        self.env, self.params = env, params
+        self.device = torch.device(device)
+        self.render_mode = None
+        self.observation_space = space_to_gymnasium(env.observation_space(params))
+        self.action_space = space_to_gymnasium(env.action_space(params))
+        self._obs_dtype = _TORCH_TO_NUMPY[env.observation_space(params).dtype]
+        self._action_dtype = env.action_space(params).dtype
+        self._key = random.key(check_seed(seed)).to(self.device)
+        self._state: Any = None
+
+    def _next_key(self) -> torch.Tensor:
+        self._key, sub = random.split(self._key)
+        return sub
+
+    def _obs_out(self, obs: torch.Tensor) -> np.ndarray:
+        return obs.detach().cpu().numpy().astype(self._obs_dtype, copy=False)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            check_seed(seed)
+        check_no_options(options)
+        super().reset(seed=seed, options=options)
+        if seed is not None:
+            self._key = random.key(int(seed)).to(self.device)
+        obs, self._state = self.env.reset(self._next_key(), self.params)
+        return self._obs_out(obs), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._state is None:
+            raise RuntimeError("step: call reset() before step()")
+        action = action_to_torch(action, self._action_dtype, self.device)
+        validate_action(self.env, action, self.params)
+        obs, self._state, reward, terminated, truncated, info = self.env.step_env(
+            self._next_key(), self._state, action, self.params
+        )
+        return self._obs_out(obs), float(reward), bool(terminated), bool(truncated), info_to_numpy(info)
+
+    def close(self) -> None:
+        self._state = None
+
+
+def check_no_options(options: dict | None) -> None:
+    """funrl envs take their options in ``params``, not at reset: refuse non-empty reset options."""
+    if options:
+        raise ValueError(
+            f"options: funrl envs take no reset options (set them in params), got {sorted(options)}"
+        )
+
+
+def action_to_torch(action: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A numpy/Python action as a tensor of the action space's dtype; a float action for an
+    integer space is refused (a cast would silently truncate it)."""
+    array = np.asarray(action)
+    if not dtype.is_floating_point and not (
+        np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_
+    ):
+        raise TypeError(f"action: expected integers for a {dtype} action space, got dtype {array.dtype}")
+    return torch.as_tensor(array, device=device).to(dtype)
+
+
+def info_to_numpy(info: dict[str, Any]) -> dict[str, Any]:
+    """funrl's info tensors as numpy arrays (0-d ones as Python scalars), as gymnasium's envs give."""
+    return {name: _to_numpy(value) for name, value in info.items()}
+
+
+def _to_numpy(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.item() if value.dim() == 0 else value.detach().cpu().numpy()
 
 
 class FunrlVectorEnv(gym.vector.VectorEnv):
@@ -265,6 +366,34 @@ def to_gymnasium(
     ``params`` defaults to the env's default params (or ``make(id, **make_kwargs)``'s);
     ``compile=True`` compiles the batched step with ``torch.compile``.
     """
+    env, params = resolve_env(env_id_or_env, params, make_kwargs)
+    check_seed(seed)
+    return FunrlVectorEnv(env, params, num_envs, device, seed, autoreset_mode, compile)
+
+
+def to_gymnasium_env(
+    env_id_or_env: str | Environment,
+    params: Any = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    **make_kwargs: Any,
+) -> FunrlEnv:
+    """One copy of a funrl env (id or instance) as a single ``gymnasium.Env``.
+
+    ``params`` defaults to the env's default params (or ``make(id, **make_kwargs)``'s); ``seed``
+    seeds the first ``reset()`` that is given none. Passes gymnasium's and SB3's ``check_env``::
+
+        env = funrl.envs.to_gymnasium_env("CartPole-v1")
+        obs, info = env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    """
+    env, params = resolve_env(env_id_or_env, params, make_kwargs)
+    check_seed(seed)
+    return FunrlEnv(env, params, seed, device)
+
+
+def resolve_env(env_id_or_env: Any, params: Any, make_kwargs: dict[str, Any]) -> tuple[Environment, Any]:
+    """``(env, params)`` from an id (made with ``make_kwargs``) or an instance; ``params`` wins."""
     if isinstance(env_id_or_env, str):
         env, made_params = make(env_id_or_env, **make_kwargs)
     elif isinstance(env_id_or_env, Environment):
@@ -277,11 +406,14 @@ def to_gymnasium(
         raise TypeError(
             f"env_id_or_env: expected an env id or a funrl Environment, got {type(env_id_or_env).__name__}"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
-    return FunrlVectorEnv(
-        env, made_params if params is None else params, num_envs, device, seed, autoreset_mode, compile
-    )
+    return env, made_params if params is None else params
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """``seed`` if it is an int (not a bool), else a ``TypeError`` naming ``name``."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"{name}: expected an int, got {type(seed).__name__}")
+    return int(seed)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -3,6 +3,9 @@ funrl's signature, refusing compile and vmap)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -222,6 +225,150 @@ def test_space_round_trip() -> None:
         space_from_gymnasium(gym.spaces.Discrete(3, start=1))
     with pytest.raises(TypeError, match="expected a gymnasium Box or Discrete"):
         space_from_gymnasium(gym.spaces.MultiBinary(3))
+
+
+# ------------------------------------------------------------------------------------------------
+# to_gymnasium_env (one gymnasium.Env) and to_sb3_vec_env (gymnasium's and SB3's check_env and the
+# equality with DummyVecEnv, for every registered id, are in test_gymnasium_check_env.py)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_single_env_follows_the_documented_key_stream() -> None:
+    env, params = E.make("CartPole-v1")
+    single = E.to_gymnasium_env("CartPole-v1")
+    obs, info = single.reset(seed=4)
+    key = random.key(4)
+    key, sub = random.split(key)
+    expected_obs, state = env.reset(sub, params)
+    np.testing.assert_array_equal(obs, expected_obs.numpy())
+    for t in range(12):
+        obs, reward, terminated, truncated, info = single.step(t % 2)
+        key, sub = random.split(key)
+        expected_obs, state, expected_reward, expected_terminated, expected_truncated, _ = env.step_env(
+            sub, state, torch.tensor(t % 2), params
+        )
+        np.testing.assert_array_equal(obs, expected_obs.numpy())
+        assert (reward, terminated, truncated) == (
+            float(expected_reward),
+            bool(expected_terminated),
+            bool(expected_truncated),
+        )
+    # A reset without a seed continues the stream; the constructor's seed starts it.
+    key, sub = random.split(key)
+    np.testing.assert_array_equal(single.reset()[0], env.reset(sub, params)[0].numpy())
+    np.testing.assert_array_equal(
+        E.to_gymnasium_env("CartPole-v1", seed=4).reset()[0], single.reset(seed=4)[0]
+    )
+    assert not np.array_equal(single.reset(seed=5)[0], single.reset(seed=4)[0])
+
+
+def test_single_env_returns_numpy_and_ends_episodes_like_gymnasium_envs() -> None:
+    catch = E.to_gymnasium_env("Catch-bsuite")
+    obs, info = catch.reset(seed=0)
+    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and info == {}
+    for t in range(CATCH_EPISODE):
+        obs, reward, terminated, truncated, info = catch.step(np.int64(1))
+        assert type(reward) is float and type(terminated) is bool and type(truncated) is bool
+        assert isinstance(info, dict) and terminated == (t == CATCH_EPISODE - 1)
+    # No auto-reset: the ending step returns the last observation (the ball on the bottom row).
+    assert obs[-1].sum() >= 1 and obs in catch.observation_space
+    truncating = E.to_gymnasium_env("Catch-bsuite", max_episode_steps=3)
+    truncating.reset(seed=0)
+    assert [truncating.step(1)[2:4] for _ in range(3)] == [(False, False), (False, False), (False, True)]
+    minatar = E.to_gymnasium_env("Breakout-MinAtar")
+    assert minatar.reset(seed=0)[0].dtype == np.bool_
+    pendulum = E.to_gymnasium_env("Pendulum-v1")
+    pendulum.reset(seed=0)
+    assert pendulum.step(np.array([1.5], dtype=np.float32))[0].dtype == np.float32
+    assert pendulum.render_mode is None
+    pendulum.close()
+    with pytest.raises(RuntimeError, match="call reset"):
+        pendulum.step(np.array([0.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "env_id, call, error, match",
+    [
+        ("Catch-bsuite", lambda e: e.step(1.0), TypeError, "action: expected integers"),
+        ("Catch-bsuite", lambda e: e.step(3), ValueError, r"action: expected values in \[0, 3\)"),
+        ("Catch-bsuite", lambda e: e.step(np.array([1, 1])), ValueError, r"action: expected shape \[\]"),
+        ("Pendulum-v1", lambda e: e.step(np.array([2.5])), ValueError, "action: expected values in"),
+        ("Pendulum-v1", lambda e: e.step(np.array([np.nan])), ValueError, "action: expected finite values"),
+        ("Catch-bsuite", lambda e: e.reset(seed="1"), TypeError, "seed: expected an int, got str"),
+        ("Catch-bsuite", lambda e: e.reset(options={"x": 1}), ValueError, r"options: .* got \['x'\]"),
+    ],
+)
+def test_single_env_bad_input(env_id, call, error, match) -> None:
+    env = E.to_gymnasium_env(env_id)
+    env.reset(seed=0)
+    with pytest.raises(error, match=match):
+        call(env)
+
+
+def test_to_gymnasium_env_bad_arguments() -> None:
+    with pytest.raises(RuntimeError, match="call reset"):
+        E.to_gymnasium_env("Catch-bsuite").step(0)
+    with pytest.raises(TypeError, match="env_id_or_env"):
+        E.to_gymnasium_env(42)
+    with pytest.raises(TypeError, match="seed: expected an int"):
+        E.to_gymnasium_env("Catch-bsuite", seed=True)
+    with pytest.raises(TypeError, match="make_kwargs: only for an env id"):
+        E.to_gymnasium_env(E.make("Catch-bsuite")[0], max_episode_steps=3)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda v: v.step(np.zeros(3, dtype=np.int64)), ValueError, r"actions: expected shape \(2,\)"),
+        (lambda v: v.step(np.zeros(2, dtype=np.float32)), TypeError, "action: expected integers"),
+        (lambda v: v.step(np.array([0, 5])), ValueError, r"actions\[1\]: expected values in \[0, 3\)"),
+        (
+            lambda v: v.set_attr("params", None, indices=[0]),
+            ValueError,
+            "indices: the copies share one funrl env",
+        ),
+        (
+            lambda v: (v.set_options({"x": 1}), v.reset()),
+            ValueError,
+            "options: funrl envs take no reset options",
+        ),
+    ],
+)
+def test_sb3_vec_env_bad_input(call, error, match) -> None:
+    vec = E.to_sb3_vec_env("Catch-bsuite", 2)
+    vec.reset()
+    with pytest.raises(error, match=match):
+        call(vec)
+
+
+def test_sb3_vec_env_attributes_and_arguments() -> None:
+    vec = E.to_sb3_vec_env("Catch-bsuite", 3)
+    assert vec.get_attr("render_mode") == [None] * 3 and vec.render_mode is None
+    assert vec.get_attr("params", indices=[1]) == [vec.params]
+    assert vec.env_is_wrapped(gym.Wrapper) == [False] * 3
+    assert [obs.shape for obs in vec.env_method("reset", indices=[0, 2])] == [(3, 10, 5)] * 2
+    vec.set_attr("params", vec.params)
+    with pytest.raises(RuntimeError, match="call reset"):
+        E.to_sb3_vec_env("Catch-bsuite", 2).step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="num_envs: expected a positive int"):
+        E.to_sb3_vec_env("Catch-bsuite", 0)
+    with pytest.raises(TypeError, match="seed: expected an int"):
+        E.to_sb3_vec_env("Catch-bsuite", 2, seed=1.0)
+
+
+def test_funrl_imports_without_sb3_and_to_sb3_vec_env_says_what_is_missing() -> None:
+    script = (
+        "import sys; sys.modules['stable_baselines3'] = None\n"
+        "import funrl, funrl.envs\n"
+        "try:\n"
+        "    funrl.envs.to_sb3_vec_env\n"
+        "except ImportError as err:\n"
+        "    print('ImportError:', err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ImportError: funrl.envs.to_sb3_vec_env needs stable-baselines3" in out.stdout
+    assert "pip install stable-baselines3" in out.stdout
 
 
 # ------------------------------------------------------------------------------------------------
