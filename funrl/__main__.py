@@ -3,6 +3,8 @@
 funrl train ppo --env CartPole-v1 --total-steps 500000 --seeds 8 --device cpu --out runs/NAME
 funrl train ppo --env gym:Acrobot-v1 --no-compile --out runs/NAME   (any gymnasium id, eagerly)
 funrl train --resume --out runs/NAME
+torchrun --nproc-per-node P -m funrl train ppo --seeds 64 ...   (seeds sharded over P ranks)
+torchrun --nproc-per-node P -m funrl train ppo --num-envs 64 --data-parallel ...   (envs over P ranks)
 funrl eval runs/NAME --episodes 20 [--json]
 funrl cache path|clear      (compiled update steps, kept between runs)
 funrl demo
@@ -142,10 +144,15 @@ def _train(args: argparse.Namespace) -> int:
             resume=args.resume,
             checkpoint_every=args.checkpoint_every,
             progress=not args.no_progress,
+            data_parallel=args.data_parallel,
+            dist_timeout_s=args.dist_timeout,
         )
     finally:
         torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
-    print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
+    from funrl import distributed
+
+    if distributed.is_first():
+        print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
 
 
@@ -176,6 +183,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from funrl import distributed
     from funrl.agents import registered_agents
 
     parser = argparse.ArgumentParser(
@@ -252,6 +260,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="torch's intra-op CPU threads for the run (torch.set_num_threads; default: torch's)",
     )
+    train.add_argument(
+        "--data-parallel",
+        action="store_true",
+        help="under torchrun, train one agent (one seed) whose --num-envs are spread over the ranks, "
+        "gradients and normalisation statistics all-reduced in the update; without it torchrun "
+        "shards --seeds over the ranks (see funrl.distributed)",
+    )
+    train.add_argument(
+        "--dist-timeout",
+        type=_positive_float,
+        default=distributed.DEFAULT_TIMEOUT_S,
+        help="under torchrun, seconds a rank waits for a live but silent rank before the run stops "
+        f"with an error (a rank that dies is noticed at once; default: {distributed.DEFAULT_TIMEOUT_S:g})",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
@@ -279,8 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``funrl`` with the arguments ``argv``; returns the exit status.
 
     Bad options and unusable run folders exit 2, a training run stopped by a non-finite loss
-    (:class:`funrl.agents.NonFiniteError`) exits 1; either prints one ``funrl CMD: error:`` line.
+    (:class:`funrl.agents.NonFiniteError`) or by a lost rank under torchrun exits 1; each prints
+    one ``funrl CMD: error:`` line.
     """
+    import torch.distributed as dist
+
+    from funrl import distributed
     from funrl.agents import NonFiniteError
 
     parser = build_parser()
@@ -291,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"funrl {args.command}: error: {message}", file=sys.stderr)
         return 1 if isinstance(exc, NonFiniteError) else 2
+    except dist.DistError as exc:
+        print(f"funrl {args.command}: error: {distributed.lost_rank_message(exc)}", file=sys.stderr)
+        return 1
 
 
 def cli() -> int:

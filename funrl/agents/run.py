@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import inspect
 import io
 import json
 import math
@@ -30,7 +31,8 @@ from typing import Any
 import gymnasium
 import torch
 
-from funrl import envs
+from funrl import distributed, envs
+from funrl import tree as ftree
 from funrl.agents import common, registry
 from funrl.agents.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 
@@ -118,18 +120,36 @@ def agent_spec(algo: str) -> registry.AgentSpec:
         raise RunError(str(exc)) from None
 
 
-def build_agent(algo: str, config: Any, device: str) -> common.Agent:
-    """The agent of ``algo`` for ``config``; a ``gym:ID`` env id builds it on ``from_gymnasium(ID)``."""
+def build_agent(
+    algo: str, config: Any, device: str, data_parallel: distributed.DataParallel | None = None
+) -> common.Agent:
+    """The agent of ``algo`` for ``config``; a ``gym:ID`` env id builds it on ``from_gymnasium(ID)``.
+
+    ``data_parallel``: this rank's place in a data-parallel agent, for an agent whose
+    ``make_train`` takes ``data_parallel`` (a RunError naming the agents that do otherwise).
+    """
     make_train = agent_spec(algo).make_train
+    extra: dict[str, Any] = {}
+    if data_parallel is not None:
+        if "data_parallel" not in inspect.signature(make_train).parameters:
+            able = [name for name in registry.registered_agents() if _takes_data_parallel(name)]
+            raise RunError(f"data_parallel: {algo} has no data-parallel update; agents with one: {able}")
+        extra["data_parallel"] = data_parallel
     gym_id = gymnasium_id(config.env_id)
     if gym_id is None:
-        return make_train(config, device=device)
+        return make_train(config, device=device, **extra)
+    if data_parallel is not None:
+        raise RunError(f"data_parallel: {config.env_id} is a host gymnasium env; expected a funrl env id")
     check_gymnasium_id(config.env_id)
     try:
         env, _ = envs.from_gymnasium(gym_id, config.num_envs, device, **dict(config.env_kwargs))
     except gymnasium.error.Error as exc:
         raise RunError(f"env_id: gymnasium could not make {gym_id!r} ({_first_line(exc)})") from exc
     return make_train(config, env=env, device=device)
+
+
+def _takes_data_parallel(algo: str) -> bool:
+    return "data_parallel" in inspect.signature(agent_spec(algo).make_train).parameters
 
 
 def _run_keys(config: Any, seed: int, num_seeds: int) -> torch.Tensor:
@@ -286,6 +306,8 @@ def train_run(
     progress: bool = True,
     stop_after: int | None = None,
     log_every: int = 10,
+    data_parallel: bool = False,
+    dist_timeout_s: float = distributed.DEFAULT_TIMEOUT_S,
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train (or resume) a run in ``out``; returns the final train state and this call's metrics.
 
@@ -296,6 +318,15 @@ def train_run(
     run with :class:`~funrl.agents.common.NonFiniteError` before its rows or a checkpoint are
     written, so the last checkpoint holds the last good state.
 
+    Under torchrun (:mod:`funrl.distributed`) the ``num_seeds`` seeds are sharded over the ranks,
+    each rank training its block with the keys one process would give those seeds; rank 0 gathers
+    metrics and checkpoints and writes the one run folder, the same files a single process writes.
+    ``data_parallel`` instead trains one seed of an agent whose ``num_envs`` are spread over the
+    ranks (an agent whose ``make_train`` takes ``data_parallel``); its checkpoint holds every
+    rank's state (their environments differ), so it resumes on the same number of ranks. Each
+    rank returns its own share: its seeds' states and metrics. Outside torchrun both are the
+    single-process run. ``dist_timeout_s``: how long a collective waits for a live rank.
+
     A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
     resumed: the checkpoint holds only a version handle of the host env (``HostState``), while
     its physics and random generators live in the gymnasium objects, so a resumed run could not
@@ -303,62 +334,63 @@ def train_run(
     from the run key at reset, so the same seed retrains it identically.
     """
     out = Path(out)
-    if resume:
-        algo, config, meta = read_run(out)
-        if gymnasium_id(config.env_id) is not None:
-            raise RunError(
-                f"resume: {out} trained on {config.env_id}, a host gymnasium env whose state (physics, "
-                "random generators) lives in gymnasium's objects, not in the checkpoint (it holds only "
-                f"a handle), so it cannot continue exactly; train again with --seed {meta['seed']}, "
-                "which reproduces the run"
-            )
-        seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta.get("device", device)
-        agent = build_agent(algo, config, device)
-    else:
-        if (out / CHECKPOINT).exists():
-            raise RunError(
-                f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
-            )
-        _check_host_run(config, num_seeds, compile)
-        # Built before anything is written, so a bad env id leaves no half-made run folder.
-        agent = build_agent(algo, config, device)
-        out.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "algo": algo,
-            "config": _config_to_json(config),
-            "seed": seed,
-            "num_seeds": num_seeds,
-            "device": device,
-        }
-        text = json.dumps(meta, indent=2)
-        atomic_write_bytes(out / CONFIG, lambda f: f.write(text.encode()))
+    distributed.init(device, dist_timeout_s)
+    # Rank 0 reads and writes the run folder (other nodes may not see it); every rank then raises
+    # the same one-line error, or builds the agent of the same (algo, config, meta).
+    setup: Any = None
+    if distributed.is_first():
+        try:
+            setup = _start_run(out, algo, config, seed, num_seeds, device, compile, resume, data_parallel)
+        except (ValueError, TypeError) as exc:
+            setup = exc
+    setup = distributed.broadcast_from_first(setup)
+    if isinstance(setup, BaseException):
+        raise setup
+    algo, config, meta = setup
+    seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta["device"]
+    dp = distributed.data_parallel() if data_parallel else None
+    agent = build_agent(algo, config, device, dp)
+    layout = _Layout(num_seeds, dp)
     keys = _run_keys(config, seed, num_seeds)
+    if keys.dim() == 2:
+        keys = keys[layout.block.start : layout.block.stop]
     state, run_key = common.init_state(agent, keys)
     done = 0
+    header = None
     if resume:
-        (state, run_key), ckpt_meta = load_checkpoint(out / CHECKPOINT, (state, run_key), device)
+        loaded = None
+        if distributed.is_first():
+            template = layout.whole_template((state, run_key))
+            loaded = load_checkpoint(out / CHECKPOINT, template, "cpu")
+            header = _truncate_metrics(out, int(loaded[1]["update"]))
+        (whole, ckpt_meta) = distributed.broadcast_from_first(loaded)
+        state, run_key = ftree.map(lambda x: x.to(agent.device), layout.mine(whole))
         done = int(ckpt_meta["update"])
-        header = _truncate_metrics(out, done)
-    else:
-        header = None
     total = agent.num_updates if stop_after is None else min(stop_after, agent.num_updates)
     remaining = max(total - done, 0)
     bar = None
-    if progress:
+    if progress and distributed.is_first():
         from tqdm import tqdm
 
+        ranks = f" on {layout.world_size} ranks" if layout.world_size > 1 else ""
         bar = tqdm(
             total=agent.num_updates * agent.steps_per_update,
             initial=done * agent.steps_per_update,
             unit="step",
             unit_scale=True,
             dynamic_ncols=True,
-            desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}",
+            desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}{ranks}",
         )
     last_saved = [done]
     header_box = [header]
 
-    def on_log(update: int, state_and_key: Any, host: dict[str, torch.Tensor]) -> None:
+    def on_log(update: int, state_and_key: Any, local_host: dict[str, torch.Tensor]) -> None:
+        host = layout.metrics(distributed.gather_to_first(local_host))
+        save = update - last_saved[0] >= checkpoint_every or update == total
+        whole = layout.whole(distributed.gather_to_first(state_and_key)) if save else None
+        last_saved[0] = update if save else last_saved[0]
+        if host is None:  # not rank 0: it only contributed its share
+            return
         rows = _rows(host, update, agent.steps_per_update, num_seeds)
         if header_box[0] is None:
             header_box[0] = list(rows[0].keys())
@@ -373,9 +405,8 @@ def train_run(
                 finite = ret[torch.isfinite(ret)]
                 if finite.numel():
                     bar.set_postfix(ret=f"{float(finite.mean()):.1f}")
-        if update - last_saved[0] >= checkpoint_every or update == total:
-            save_checkpoint(out / CHECKPOINT, state_and_key, {"update": update, "algo": algo})
-            last_saved[0] = update
+        if save:
+            save_checkpoint(out / CHECKPOINT, whole, {"update": update, "algo": algo})
 
     def train_for(updates: int, state: Any) -> tuple[Any, dict[str, torch.Tensor]]:
         return common.train(
@@ -399,11 +430,113 @@ def train_run(
     finally:
         if bar is not None:
             bar.close()
-    timing = {"first_update_s": t1 - t0, "train_s": time.perf_counter() - t1, "updates": remaining}
-    atomic_write_bytes(out / TIMING, lambda f: f.write(json.dumps(timing, indent=2).encode()))
+    if distributed.is_first():
+        timing = {"first_update_s": t1 - t0, "train_s": time.perf_counter() - t1, "updates": remaining}
+        atomic_write_bytes(out / TIMING, lambda f: f.write(json.dumps(timing, indent=2).encode()))
+        plot_learning_curve(out)
     metrics = {k: torch.cat([first[k], rest[k]]) for k in first} if first and rest else first or rest
-    plot_learning_curve(out)
     return state, metrics
+
+
+def _start_run(
+    out: Path,
+    algo: str,
+    config: Any,
+    seed: int,
+    num_seeds: int,
+    device: str,
+    compile: bool,
+    resume: bool,
+    data_parallel: bool,
+) -> tuple[str, Any, dict[str, Any]]:
+    """``(algo, config, meta)`` of the run to train: read from ``out`` to resume, else checked
+    (a bad option or env id leaves no half-made run folder) and written to ``out/config.json``."""
+    world = distributed.world_size()
+    if resume:
+        algo, config, meta = read_run(out)
+        if gymnasium_id(config.env_id) is not None:
+            raise RunError(
+                f"resume: {out} trained on {config.env_id}, a host gymnasium env whose state (physics, "
+                "random generators) lives in gymnasium's objects, not in the checkpoint (it holds only "
+                f"a handle), so it cannot continue exactly; train again with --seed {meta['seed']}, "
+                "which reproduces the run"
+            )
+        trained_on = meta.get("data_parallel_ranks")
+        if (trained_on is not None) != data_parallel or (data_parallel and trained_on != world):
+            how = f"data-parallel on {trained_on} ranks" if trained_on else "without data parallelism"
+            raise RunError(
+                f"data_parallel: {out} was trained {how}; resume it the same way (each rank's "
+                f"environments are in its checkpoint), got {world} ranks"
+                + (" with data parallelism" if data_parallel else " without data parallelism")
+            )
+        meta = {**meta, "device": meta.get("device", device)}
+    else:
+        if (out / CHECKPOINT).exists():
+            raise RunError(
+                f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
+            )
+        _check_host_run(config, num_seeds, compile)
+        meta = {
+            "algo": algo,
+            "config": _config_to_json(config),
+            "seed": seed,
+            "num_seeds": num_seeds,
+            "device": device,
+        }
+        if data_parallel:
+            meta["data_parallel_ranks"] = world
+    if data_parallel and meta["num_seeds"] != 1:
+        raise RunError(
+            f"num_seeds: a data-parallel run trains one agent across the ranks; expected 1, "
+            f"got {meta['num_seeds']} (shard seeds over ranks without data parallelism instead)"
+        )
+    if not data_parallel:
+        distributed.shard(meta["num_seeds"], 0, world)  # at least one seed per rank
+    if not resume:
+        # Built before anything is written, so a bad env id leaves no half-made run folder.
+        dp = distributed.DataParallel(0, world) if data_parallel else None
+        build_agent(algo, config, device, dp)
+        out.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(meta, indent=2)
+        atomic_write_bytes(out / CONFIG, lambda f: f.write(text.encode()))
+    return algo, config, meta
+
+
+class _Layout:
+    """Where a rank's share sits in the run's whole: its block of the seed dimension (sharded
+    seeds), or its row of a new leading rank dimension (data parallelism, whose ranks hold
+    different environments of one agent). One rank without data parallelism: the share is the whole."""
+
+    def __init__(self, num_seeds: int, dp: distributed.DataParallel | None) -> None:
+        self.world_size = distributed.world_size()
+        self.rank = distributed.rank()
+        self.data_parallel = dp is not None
+        self.block = range(num_seeds) if dp else distributed.shard(num_seeds, self.rank, self.world_size)
+        self.num_seeds = num_seeds
+
+    def whole(self, shares: list[Any] | None) -> Any:
+        if shares is None:
+            return None
+        return ftree.stack(shares) if self.data_parallel else distributed.stack_over(shares)
+
+    def whole_template(self, share: Any) -> Any:
+        if self.data_parallel:
+            return ftree.map(lambda x: x.new_empty((self.world_size, *x.shape), device="cpu"), share)
+        return ftree.map(lambda x: x.new_empty((self.num_seeds, *x.shape[1:]), device="cpu"), share)
+
+    def mine(self, whole: Any) -> Any:
+        if self.data_parallel:
+            return ftree.map(lambda x: x[self.rank], whole)
+        return ftree.map(lambda x: x[self.block.start : self.block.stop], whole)
+
+    def metrics(self, shares: list[dict[str, torch.Tensor]] | None) -> dict[str, torch.Tensor] | None:
+        """All seeds' metrics ``[updates, seeds]``; a data-parallel update reports the same
+        (all-reduced) metrics on every rank, so rank 0's are the agent's."""
+        if shares is None:
+            return None
+        if self.data_parallel:
+            return shares[0]
+        return {name: torch.cat([share[name] for share in shares], dim=1) for name in shares[0]}
 
 
 @contextlib.contextmanager
@@ -442,13 +575,20 @@ def evaluate_run(
     out = Path(out)
     algo, config, meta = read_run(out)
     device = device or meta.get("device", "cpu")
-    agent = build_agent(algo, config, device)
+    # A data-parallel run's checkpoint holds each rank's state (its share of the environments);
+    # their params are the same, rank 0's are evaluated.
+    ranks = meta.get("data_parallel_ranks")
+    agent = build_agent(algo, config, device, distributed.DataParallel(0, ranks) if ranks else None)
     keys = _run_keys(config, meta["seed"], meta["num_seeds"])
     template = common.init_state(agent, keys)
+    if ranks:
+        template = ftree.map(lambda x: x.new_empty((ranks, *x.shape)), template)
     try:
         (state, _), _ = load_checkpoint(out / CHECKPOINT, template, device)
     except CheckpointError as exc:
         raise RunError(str(exc)) from exc
+    if ranks:
+        state = ftree.map(lambda x: x[0], state)
     per_seed = []
     from funrl import random, tree
 

@@ -1,0 +1,245 @@
+"""Beyond one process: seed sharding and data-parallel agents on ``torch.distributed``.
+
+This is the one module of funrl that touches ``torch.distributed`` state (the process group);
+everything else receives what it needs from here as plain values and functions. Launch with
+torchrun, which starts one process per rank and sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``::
+
+    torchrun --nproc-per-node 2 -m funrl train ppo --seeds 64 --out runs/ppo64
+    torchrun --nproc-per-node 2 -m funrl train ppo --num-envs 64 --data-parallel --out runs/dp
+    torchrun --nnodes 16 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 -m funrl ...
+
+Without torchrun (no ``WORLD_SIZE`` in the environment) nothing here starts a process group and
+every helper is the identity: a run is the single-process run, through the same code.
+
+**Seed sharding** (:func:`shard`): the ``S`` seeds of a run are cut into contiguous blocks, one
+per rank; each rank vmaps its block. Seed ``i`` trains from the key a single process would give
+it (``fold_in(key(seed), i)``), so it is the same agent wherever it ran. Metrics and checkpoints
+are gathered with ``gather_object`` between updates (outside the compiled step) and rank 0
+writes the one run folder, which holds every seed as a single-process run would. A resumed run
+reads that folder, so it may use another number of ranks.
+
+**Data parallelism** (:class:`DataParallel`): one agent whose ``num_envs`` environments are cut
+into one block per rank. Its compiled update calls :meth:`DataParallel.all_reduce_sum` (the public
+``torch.distributed.all_reduce``, which ``torch.compile`` traces into the graph as a functional
+collective in torch 2.13, so the update stays one graph) on gradients, rollout data and running
+normalisation statistics. With one rank it is the identity, chosen when the agent is built.
+
+**Faults**: a rank that dies closes its connections, so the collective every other rank next
+enters (at the next log point) fails at once with an error; ``funrl train`` prints it as one
+line and exits 1, and torchrun stops the job with a non-zero status. A rank that hangs alive
+is caught by the process group's ``timeout`` (:data:`DEFAULT_TIMEOUT_S`, ``--dist-timeout``). Checkpoints are written atomically by rank 0 between updates, so the last
+one on disk always loads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from funrl import random
+from funrl import tree as ftree
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "DataParallel",
+    "DistributedError",
+    "broadcast_from_first",
+    "data_parallel",
+    "gather_to_first",
+    "init",
+    "is_first",
+    "launched",
+    "lost_rank_message",
+    "rank",
+    "shard",
+    "world_size",
+]
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Seconds a collective waits for a live rank before it raises (the process-group timeout).
+
+Long enough for a rank whose first update compiles later than the others' (each rank compiles
+its own step); a rank that dies is noticed at once, since its connections close."""
+
+
+class DistributedError(RuntimeError):
+    """A distributed run that cannot go on: a bad shard request or a peer that failed."""
+
+
+def launched() -> bool:
+    """True in a process started by torchrun (or any launcher that sets ``WORLD_SIZE``)."""
+    return "WORLD_SIZE" in os.environ
+
+
+def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Join the process group torchrun describes (gloo on CPU, NCCL on CUDA); True if one is up.
+
+    A no-op returning False outside torchrun, and when the group exists already (a caller that
+    made its own). On CUDA each rank uses ``cuda:LOCAL_RANK``.
+    """
+    if dist.is_initialized():
+        return True
+    if not launched():
+        return False
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
+    return True
+
+
+def rank() -> int:
+    """This process's rank; 0 without a process group."""
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """The number of ranks; 1 without a process group."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_first() -> bool:
+    """True on rank 0, the rank that writes run folders (and in a single process)."""
+    return rank() == 0
+
+
+def shard(num_items: int, rank: int, world_size: int, what: str = "num_seeds") -> range:
+    """The contiguous block of ``range(num_items)`` that rank ``rank`` of ``world_size`` holds.
+
+    Blocks differ in size by at most one, the larger ones first (as ``torch.tensor_split``); every
+    rank holds at least one item, so ``num_items >= world_size`` (a ValueError naming ``what``).
+    """
+    if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1:
+        raise ValueError(f"{what}: expected a positive int, got {num_items!r}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank: expected 0 <= rank < world_size={world_size}, got {rank}")
+    if num_items < world_size:
+        raise ValueError(
+            f"{what}: expected at least one per rank, i.e. >= {world_size} ranks, got {num_items}"
+        )
+    base, extra = divmod(num_items, world_size)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (rank < extra))
+
+
+def lost_rank_message(exc: BaseException) -> str:
+    """One line for a collective that failed: this rank, and the first line of torch's reason."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"rank {rank()} of {world_size()}: lost contact with another rank (it stopped, or did not "
+        f"answer within the process group's timeout); the last checkpoint holds the last good "
+        f"state: {reason}"
+    )
+
+
+def _to_cpu(tree: Any) -> Any:
+    return ftree.map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def gather_to_first(tree: Any) -> list[Any] | None:
+    """Every rank's ``tree`` (on the CPU), in rank order, on rank 0; None on the other ranks.
+
+    A collective: every rank calls it at the same point. ``[tree]`` without a process group.
+    """
+    local = _to_cpu(tree)
+    if not dist.is_initialized():
+        return [local]
+    first = dist.get_rank() == 0
+    out: list[Any] | None = [None] * dist.get_world_size() if first else None
+    dist.gather_object(local, out, dst=0)
+    return out
+
+
+def broadcast_from_first(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (the others' ``obj`` is ignored); ``obj`` without a group."""
+    if not dist.is_initialized():
+        return obj
+    box = [_to_cpu(obj) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    # The public, in-place collective on a copy: dynamo rewrites it to the functional
+    # all_reduce, so it stays inside the compiled graph; eagerly it is the ordinary call.
+    out = x.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out
+
+
+class DataParallel(NamedTuple):
+    """This rank's place in a data-parallel agent: ``rank`` of ``world_size``, and the sum.
+
+    ``all_reduce_sum`` is ``torch.distributed.all_reduce`` (SUM) on a copy, or the identity for
+    one rank. Build it with :func:`data_parallel`; ``DataParallel()`` is the single process.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    all_reduce_sum: Callable[[torch.Tensor], torch.Tensor] = _identity
+
+    def local_block(self, num_items: int, what: str = "num_envs") -> range:
+        """This rank's equal block of ``num_items`` (which ``world_size`` must divide)."""
+        if num_items % self.world_size:
+            raise ValueError(
+                f"{what}: expected a multiple of the {self.world_size} data-parallel ranks, got {num_items}"
+            )
+        return shard(num_items, self.rank, self.world_size, what)
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean of ``x`` over ranks (every rank contributes an equal share)."""
+        return self.all_reduce_sum(x) / self.world_size
+
+    def all_gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every rank's ``x`` concatenated along ``dim`` in rank order, on every rank.
+
+        Written as one all-reduce of a zero-padded buffer (adding zeros is exact): with a ring
+        algorithm it moves about twice what an all-gather would, and it needs only the one
+        collective the update already traces.
+        """
+        dim = dim % x.dim()
+        blocks = [torch.zeros_like(x)] * self.world_size
+        blocks[self.rank] = x
+        return self.all_reduce_sum(torch.cat(blocks, dim=dim))
+
+    def env_keys(self, key: torch.Tensor, num_envs: int) -> torch.Tensor:
+        """This rank's rows of ``split(key, num_envs)``: the keys its environments would get in
+        one process holding all ``num_envs``."""
+        block = self.local_block(num_envs)
+        return random.split(key, num_envs)[block.start : block.stop]
+
+
+def data_parallel() -> DataParallel:
+    """The :class:`DataParallel` of the current process group (one rank without one)."""
+    if world_size() == 1:
+        return DataParallel()
+    return DataParallel(rank(), world_size(), _all_reduce_sum)
+
+
+def pooled_moments(
+    mean: torch.Tensor, var: torch.Tensor, shift: torch.Tensor, dp: DataParallel
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and population variance over all ranks' equal-sized batches from each rank's own.
+
+    One all-reduce of ``[mean - shift, var + (mean - shift)^2]`` (moments about ``shift``, a value
+    every rank shares such as the running mean, so the subtraction loses little precision).
+    """
+    centred = mean - shift
+    pooled = dp.mean(torch.stack([centred, var + centred.square()]))
+    return pooled[0] + shift, (pooled[1] - pooled[0].square()).clamp_min(0.0)
+
+
+def stack_over(trees: Sequence[Any], dim: int = 0) -> Any:
+    """The ranks' trees concatenated along ``dim`` (their seed dimension), in rank order."""
+    return ftree.concatenate(list(trees), dim=dim)

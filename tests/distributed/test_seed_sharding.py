@@ -1,0 +1,89 @@
+"""Seed sharding under torchrun: ranks train blocks of the seed axis and rank 0 writes the one
+run folder a single process would, bitwise (eager); a run resumes on another number of ranks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from launch import torchrun
+
+from funrl import distributed, tree
+from funrl.__main__ import main
+from funrl.agents import run
+
+# Three eager PPO updates of four seeds on two CartPole envs each (128 steps per env).
+TRAIN = ["train", "ppo", "--seeds", "4", "--num-envs", "2", "--total-steps", "768", "--no-compile"]
+TRAIN += ["--no-progress", "--checkpoint-every", "1"]
+
+
+def checkpoint(out: Path) -> dict:
+    return torch.load(out / run.CHECKPOINT, map_location="cpu", weights_only=True)
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    """The same config, metrics and final checkpoint, bitwise."""
+    assert json.loads((a / run.CONFIG).read_text()) == json.loads((b / run.CONFIG).read_text())
+    assert (a / run.METRICS).read_text() == (b / run.METRICS).read_text()
+    first, second = checkpoint(a), checkpoint(b)
+    assert first["structure"] == second["structure"] and first["metadata"] == second["metadata"]
+    assert tree.tree_equal(first["leaves"], second["leaves"])
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7])
+def test_shard_cuts_the_seeds_into_contiguous_blocks(world: int) -> None:
+    for num_seeds in range(world, 12):
+        blocks = [distributed.shard(num_seeds, r, world) for r in range(world)]
+        assert [i for block in blocks for i in block] == list(range(num_seeds))
+        sizes = [len(block) for block in blocks]
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+def test_shard_refuses_fewer_seeds_than_ranks() -> None:
+    with pytest.raises(
+        ValueError, match=r"num_seeds: expected at least one per rank, i.e. >= 4 ranks, got 3"
+    ):
+        distributed.shard(3, 0, 4)
+    with pytest.raises(ValueError, match="rank: expected 0 <= rank < world_size=2, got 2"):
+        distributed.shard(4, 2, 2)
+
+
+def test_without_a_process_group_every_helper_is_the_single_process() -> None:
+    assert not torch.distributed.is_initialized()
+    assert (distributed.rank(), distributed.world_size(), distributed.is_first()) == (0, 1, True)
+    x = {"a": torch.arange(3)}
+    assert distributed.gather_to_first(x)[0]["a"].equal(x["a"])
+    assert distributed.broadcast_from_first(x) is x
+    dp = distributed.data_parallel()
+    assert dp == distributed.DataParallel() and dp.all_reduce_sum(x["a"]) is x["a"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("one") / "run"
+    assert main([*TRAIN, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_two_ranks_write_the_run_folder_of_one_process(one_process: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = torchrun(2, "-m", "funrl", *TRAIN, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in one_process.iterdir())
+    assert_same_run(out, one_process)
+    assert proc.stdout.count("funrl: trained in") == 1  # rank 0 reports
+
+
+@pytest.mark.slow
+def test_a_run_stopped_on_one_process_resumes_on_two_ranks(one_process: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = run.read_run(one_process)[1]
+    run.train_run("ppo", config, out, num_seeds=4, compile=False, progress=False, stop_after=2)
+    assert json.loads(checkpoint(out)["metadata"])["update"] == 2
+    resume = ["train", "--resume", "--out", str(out), "--no-progress", "--no-compile"]
+    proc = torchrun(2, "-m", "funrl", *resume, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_same_run(out, one_process)
