@@ -2,6 +2,7 @@
 
     python benchmarks/time_to_result.py --device cpu [--algos ppo dqn sac] [--repeats 3]
         [--total-steps ppo=500000,dqn=100000,sac=20000] [--seeds 8]
+    python benchmarks/time_to_result.py --quick     # tiny budgets, one round: checks it runs
 
 Each round runs, one after another, every contestant of an algorithm as its own process:
 
@@ -17,11 +18,16 @@ Each round runs, one after another, every contestant of an algorithm as its own 
 Prints one markdown table per algorithm: the median wall-clock of each contestant and its ratio
 to SB3's on the same budget, pair by pair within a round (the machine's speed drifts; ratios in
 one round do not).
+
+SB3 runs each algorithm with funrl's default hyper-parameters and as many environments; what SB3
+cannot express stays SB3's: DQN's Huber loss without double Q-learning (funrl: squared error,
+double Q), and one learning rate for SAC's actor, critics and temperature (funrl's actor rate).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -34,6 +40,8 @@ from pathlib import Path
 import torch
 
 DEFAULT_STEPS = {"ppo": 500_000, "dqn": 100_000, "sac": 20_000, "td3": 20_000}
+QUICK_STEPS = {"ppo": 20_480, "dqn": 5_000, "sac": 2_000, "td3": 2_000}
+NEW_LR = {"ppo": "1e-3", "dqn": "5e-4", "sac": "5e-4", "td3": "5e-4"}  # each unlike the default
 ENVS = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
 
 
@@ -69,10 +77,14 @@ def train_sb3(algo: str, total_steps: int) -> None:
         )  # fmt: skip
     elif algo == "dqn":
         c = dqn.DQNConfig()
+        # funrl steps num_envs envs num_steps times per update, then takes one gradient step per
+        # train_frequency transitions; SB3 counts train_freq in vector steps. SB3 clips gradients
+        # by default; funrl's DQN does not.
         model = DQN(
-            "MlpPolicy", make_vec_env(ENVS[algo], n_envs=1, seed=0), learning_rate=c.learning_rate,
-            buffer_size=c.buffer_size, learning_starts=c.learning_starts, batch_size=c.batch_size,
-            tau=c.tau, gamma=c.gamma, train_freq=c.train_frequency, gradient_steps=1,
+            "MlpPolicy", make_vec_env(ENVS[algo], n_envs=c.num_envs, seed=0),
+            learning_rate=c.learning_rate, buffer_size=c.buffer_size,
+            learning_starts=c.learning_starts, batch_size=c.batch_size, tau=c.tau, gamma=c.gamma,
+            train_freq=c.num_steps, gradient_steps=c.gradient_steps, max_grad_norm=math.inf,
             target_update_interval=c.target_network_frequency,
             exploration_fraction=c.exploration_fraction, exploration_initial_eps=c.start_e,
             exploration_final_eps=c.end_e, policy_kwargs={"net_arch": list(c.hidden_sizes)},
@@ -126,7 +138,7 @@ def contestants(
         ("sb3", sb3(steps), False, "sb3"),
         ("funrl cold", funrl(steps), False, "sb3"),  # the round's shared cache is empty until here
         ("funrl warm", funrl(steps), False, "sb3"),
-        ("funrl warm, new lr", funrl(steps) + ["--lr", "1e-3"], False, "sb3"),
+        ("funrl warm, new lr", funrl(steps) + ["--lr", NEW_LR[algo]], False, "sb3"),
     ]
     if algo == "ppo" and seeds > 1:
         rows.append((f"funrl cold, {seeds} seeds", funrl(steps) + ["--seeds", str(seeds)], True, "sb3"))
@@ -146,13 +158,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--eager-fraction", type=float, default=0.1, help="eager budget / total steps")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="tiny budgets (ppo 20480, dqn 5000, sac 2000 steps), half of them eager, one round, "
+        "2 seeds: checks that every contestant runs; not for the table",
+    )  # fmt: skip
     parser.add_argument("--sb3", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--sb3-steps", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sb3:
         train_sb3(args.sb3, args.sb3_steps)
         return
-    steps = dict(DEFAULT_STEPS)
+    steps = dict(QUICK_STEPS if args.quick else DEFAULT_STEPS)
+    if args.quick:
+        args.repeats, args.seeds, args.eager_fraction = 1, 2, 0.5
     for item in filter(None, args.total_steps.split(",")):
         name, value = item.split("=")
         steps[name] = int(value)
