@@ -54,6 +54,11 @@ from funrl.envs.marl.registry import make, register, registry
 
 # Each scenario module registers its id on import.
 from funrl.envs.marl.simple_spread import SimpleSpread, SimpleSpreadParams  # noqa: E402  isort: skip
+from funrl.envs.marl.simple_tag import SimpleTag  # noqa: E402  isort: skip
+from funrl.envs.marl.simple_adversary import SimpleAdversary  # noqa: E402  isort: skip
+from funrl.envs.marl.simple_reference import SimpleReference, SimpleReferenceParams  # noqa: E402  isort: skip
+from funrl.envs.marl.simple_speaker_listener import SimpleSpeakerListener  # noqa: E402  isort: skip
+from funrl.envs.marl.simple_push import SimplePush  # noqa: E402  isort: skip
 
 __all__ = [
     "BatchedMultiAgentEnv",
@@ -62,8 +67,14 @@ __all__ = [
     "MPEParams",
     "MPEState",
     "MultiAgentEnv",
+    "SimpleAdversary",
+    "SimplePush",
+    "SimpleReference",
+    "SimpleReferenceParams",
+    "SimpleSpeakerListener",
     "SimpleSpread",
     "SimpleSpreadParams",
+    "SimpleTag",
     "check_actions",
     "make",
     "register",

@@ -34,7 +34,17 @@ from funrl.envs.core import Box, Discrete, EnvParams, Space
 from funrl.envs.marl.core import MultiAgentEnv, Teams, check_actions
 from funrl.envs.marl.physics import Bodies, world_step
 
-__all__ = ["Entity", "MPEParams", "MPEState", "MPEEnvironment", "distance", "others_index"]
+__all__ = [
+    "Entity",
+    "MPEParams",
+    "MPEState",
+    "MPEEnvironment",
+    "distance",
+    "of_others",
+    "others_index",
+    "overlapping",
+    "relative",
+]
 
 NUM_MOVES = 5  # no_action, left, right, down, up
 
@@ -83,7 +93,26 @@ def distance(delta: torch.Tensor) -> torch.Tensor:
 
 def others_index(num: int, device: torch.device) -> torch.Tensor:
     """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others")."""
-    return torch.tensor([[j for j in range(num) if j != i] for i in range(num)], device=device)
+    return torch.tensor([[j for j in range(num) if j != i] for i in range(num)], dtype=torch.int64, device=device)
+
+
+def of_others(x: torch.Tensor) -> torch.Tensor:
+    """``[n, n - 1, ...]``: for each row ``i`` of ``x`` (``[n, ...]``), every other row, in order."""
+    return x[others_index(x.shape[0], x.device)]
+
+
+def relative(origin: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[n, 2K]``: the ``K`` ``targets`` (``[K, 2]``) seen from each of the ``n`` ``origin``
+    positions (``[n, 2]``), flattened target by target (``target - origin``, mpe2's layout)."""
+    return (targets.unsqueeze(0) - origin.unsqueeze(1)).flatten(1)
+
+
+def overlapping(
+    pos_a: torch.Tensor, size_a: torch.Tensor, pos_b: torch.Tensor, size_b: torch.Tensor
+) -> torch.Tensor:
+    """``[n_a, n_b]`` bool: the discs overlap (mpe2's ``is_collision``: distance < sum of radii)."""
+    dist = distance(pos_a.unsqueeze(1) - pos_b.unsqueeze(0))
+    return dist < size_a.unsqueeze(1) + size_b.unsqueeze(0)
 
 
 class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
@@ -115,6 +144,10 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
     @property
     def agents(self) -> tuple[str, ...]:
         return self._agents
+
+    def sizes(self, device: torch.device) -> torch.Tensor:
+        """``[E]`` radii of the entities, agents first."""
+        return torch.tensor([e.size for e in self.entities], dtype=torch.float32, device=device)
 
     def bodies(self, device: torch.device) -> Bodies:
         def column(field: str, dtype: torch.dtype) -> torch.Tensor:

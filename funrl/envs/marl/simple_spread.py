@@ -21,7 +21,16 @@ from typing import Any
 import torch
 
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, distance, others_index
+from funrl.envs.marl.mpe import (
+    Entity,
+    MPEEnvironment,
+    MPEParams,
+    MPEState,
+    distance,
+    of_others,
+    overlapping,
+    relative,
+)
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimpleSpread", "SimpleSpreadParams", "make_simple_spread"]
@@ -58,20 +67,18 @@ class SimpleSpread(MPEEnvironment):
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         n = self.num_agents
         pos, vel = state.pos[:n], state.vel[:n]
-        others = others_index(n, pos.device)
-        to_landmarks = state.pos[n:].unsqueeze(0) - pos.unsqueeze(1)  # [i, j, 2]
-        to_others = (pos.unsqueeze(0) - pos.unsqueeze(1)).gather(1, others.unsqueeze(-1).expand(n, n - 1, 2))
-        messages = state.comm[others]  # [i, k, dim_c]
-        obs = torch.cat([vel, pos, to_landmarks.flatten(1), to_others.flatten(1), messages.flatten(1)], -1)
+        to_others = of_others(pos) - pos.unsqueeze(1)  # [i, k, 2]
+        messages = of_others(state.comm)  # [i, k, dim_c]
+        obs = torch.cat(
+            [vel, pos, relative(pos, state.pos[n:]), to_others.flatten(1), messages.flatten(1)], -1
+        )
         return {"agent": obs}
 
     def rewards(self, state: MPEState, params: SimpleSpreadParams) -> Teams:
         n = self.num_agents
-        pos = state.pos[:n]
+        pos, size = state.pos[:n], self.sizes(state.pos.device)[:n]
         coverage = -distance(state.pos[n:].unsqueeze(1) - pos.unsqueeze(0)).min(1).values.sum()
-        size = torch.tensor([e.size for e in self.entities[:n]], device=pos.device)
-        overlap = distance(pos.unsqueeze(1) - pos.unsqueeze(0)) < size.unsqueeze(1) + size.unsqueeze(0)
-        overlap = overlap & ~torch.eye(n, dtype=torch.bool, device=pos.device)
+        overlap = overlapping(pos, size, pos, size) & ~torch.eye(n, dtype=torch.bool, device=pos.device)
         collisions = -overlap.sum(1).float()
         return {"agent": coverage * (1 - params.local_ratio) + collisions * params.local_ratio}
 

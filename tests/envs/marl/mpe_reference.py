@@ -68,15 +68,16 @@ def load_into_world(state: MPEState, reference: Any) -> None:
         agent.state.c = state.comm[i].double().numpy().copy()
 
 
-def random_actions(env: Any, key: torch.Tensor) -> dict[str, torch.Tensor]:
+def random_actions(env: Any, key: torch.Tensor, batch: tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
+    """Uniform random actions of every team, with leading ``batch`` dimensions."""
     actions = {}
     for i, (team, space) in enumerate(env.action_spaces().items()):
-        n = len(env.teams[team])
+        shape = (*batch, len(env.teams[team]))
         k = random.fold_in(key, i)
         if isinstance(space, Discrete):
-            actions[team] = random.randint(k, (n,), 0, space.n)
+            actions[team] = random.randint(k, shape, 0, space.n)
         else:
-            actions[team] = random.uniform(k, (n, *space.shape))
+            actions[team] = random.uniform(k, (*shape, *space.shape))
     return actions
 
 
@@ -95,35 +96,43 @@ def as_teams(env: Any, values: dict[str, Any], dtype: torch.dtype) -> dict[str, 
     }
 
 
+def step_both(
+    env: Any, params: Any, env_id: str, reference: Any, state: MPEState, actions: Any, where: str
+) -> Any:
+    """One step of both from funrl's ``state``; asserts the results agree and returns funrl's."""
+    load_into_world(state, reference)
+    ref_obs, ref_rew, ref_term, ref_trunc, _ = reference.step(per_agent(env, actions))
+    out = env.step_env(random.key(0), state, actions, params)
+    obs, state, rewards, terminated, truncated, _ = out
+    expected = state_from_world(env_id, reference)
+    assert_trees_close(
+        (state.pos, state.vel, state.comm, state.time),
+        (expected.pos, expected.vel, expected.comm, expected.time),
+        rtol=RTOL,
+        atol=ATOL,
+        name=f"{where} (pos, vel, comm, time)",
+    )
+    assert_trees_close(obs, as_teams(env, ref_obs, torch.float32), rtol=RTOL, atol=ATOL, name=f"{where} obs")
+    assert_trees_close(
+        rewards, as_teams(env, ref_rew, torch.float32), rtol=RTOL, atol=ATOL, name=f"{where} rewards"
+    )
+    assert_trees_close(terminated, as_teams(env, ref_term, torch.bool), name=f"{where} terminated")
+    assert_trees_close(truncated, as_teams(env, ref_trunc, torch.bool), name=f"{where} truncated")
+    return out
+
+
 def run_conformance(env: Any, params: Any, env_id: str, reference: Any, steps: int, seed: int) -> None:
     """``steps`` steps of random actions; every step starts both from funrl's state and compares
     positions, velocities, messages, observations, rewards and flags (raises on a difference)."""
-    key = random.key(seed)
     reference.reset(seed=seed)
     state = state_from_world(env_id, reference)
     episode = 0
+    all_actions = random_actions(env, random.key(seed), (steps,))
     for t in range(steps):
-        actions = random_actions(env, random.fold_in(key, t))
-        load_into_world(state, reference)
-        ref_obs, ref_rew, ref_term, ref_trunc, _ = reference.step(per_agent(env, actions))
-        obs, state, rewards, terminated, truncated, _ = env.step_env(key, state, actions, params)
-        where = f"{env_id} step {t}"
-        expected_state = state_from_world(env_id, reference)
-        assert_trees_close(
-            (state.pos, state.vel, state.comm, state.time),
-            (expected_state.pos, expected_state.vel, expected_state.comm, expected_state.time),
-            rtol=RTOL,
-            atol=ATOL,
-            name=f"{where} (pos, vel, comm, time)",
+        actions = {team: a[t] for team, a in all_actions.items()}
+        _, state, _, _, truncated, _ = step_both(
+            env, params, env_id, reference, state, actions, f"{env_id} step {t}"
         )
-        assert_trees_close(
-            obs, as_teams(env, ref_obs, torch.float32), rtol=RTOL, atol=ATOL, name=f"{where} obs"
-        )
-        assert_trees_close(
-            rewards, as_teams(env, ref_rew, torch.float32), rtol=RTOL, atol=ATOL, name=f"{where} rewards"
-        )
-        assert_trees_close(terminated, as_teams(env, ref_term, torch.bool), name=f"{where} terminated")
-        assert_trees_close(truncated, as_teams(env, ref_trunc, torch.bool), name=f"{where} truncated")
         if bool(truncated[next(iter(truncated))].all()):
             episode += 1
             reference.reset(seed=seed + episode)
