@@ -1,0 +1,321 @@
+"""Batched MuJoCo physics as torch custom operators: one call steps N environments on threads.
+
+Two operators in the ``funrl`` namespace, both taking ints and float64 tensors only (no Python
+objects, so ``torch.compile`` keeps each as one opaque node and ``vmap`` batches them)::
+
+    torch.ops.funrl.mujoco_step(model_id, states[N, S], warmstarts[N, nv], controls[N, U], frame_skip)
+        -> (next_states[N, S], next_warmstarts[N, nv], derived[N, D])
+    torch.ops.funrl.mujoco_forward(model_id, states[N, S])
+        -> (derived[N, D], warmstarts[N, nv])
+
+``states`` is ``mj_getState(model, data, mjSTATE_FULLPHYSICS)``'s layout (time, qpos, qvel for
+the gymnasium models). ``warmstarts`` is ``data.qacc_warmstart``, the constraint solver's starting
+point: it is not part of FULLPHYSICS, but gymnasium's environments keep it in their ``MjData``
+from step to step and it changes the result (Humanoid's PGS solver stops after 50 iterations, far
+from convergence), so it travels with the state to reproduce gymnasium exactly. ``derived`` holds
+the ``MjData`` fields an environment reads besides the state (``cfrc_ext``, ``cinert``, body
+positions, ...), flattened and concatenated in the order given to :func:`model_id`. They are what
+``MjData`` holds after the call, as gymnasium reads them: ``mj_step`` computes positions,
+velocities and forces in its forward pass *before* integrating, so after a step they belong to the
+state one substep earlier; ``cfrc_ext`` comes from ``mj_rnePostConstraint`` after the last substep,
+as gymnasium's ``do_simulation`` calls it.
+
+``mujoco_step`` per environment: ``mj_setState``, the warm start, ``ctrl = controls``, ``frame_skip``
+calls of ``mj_step``, ``mj_rnePostConstraint`` when ``cfrc_ext`` is read, then copies out.
+``mujoco_forward`` is gymnasium's reset: ``mj_resetData`` (zero controls, warm start and forces),
+``mj_setState``, ``mj_forward``.
+
+The environments of a batch are split into one contiguous chunk per thread; each thread owns one
+``MjData`` per model and runs its chunk with the GIL released inside MuJoCo's calls. Why not
+``mujoco.rollout``: it returns neither the final warm start nor fields beyond the state and
+sensors (``cinert``, ``cvel``, ``cfrc_ext``, ``qfrc_constraint`` have no sensor), so it cannot
+reproduce gymnasium's environments exactly. The thread count (:func:`set_num_threads`) changes
+only the speed: every environment's arithmetic is the same on any thread.
+
+No gradients: MuJoCo's C code is not differentiable through torch; asking for one raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import mujoco
+import numpy as np
+import torch
+
+__all__ = [
+    "MujocoModel",
+    "model_id",
+    "get_model",
+    "asset_path",
+    "set_num_threads",
+    "get_num_threads",
+    "step",
+    "forward",
+]
+
+FULLPHYSICS = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+
+def asset_path(xml_file: str) -> str:
+    """The path of one of gymnasium's MuJoCo XML assets (``gymnasium/envs/mujoco/assets``)."""
+    import gymnasium.envs.mujoco
+
+    path = os.path.join(os.path.dirname(gymnasium.envs.mujoco.__file__), "assets", xml_file)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"xml_file: gymnasium ships no asset {xml_file!r} (looked for {path})")
+    return path
+
+
+@dataclasses.dataclass
+class MujocoModel:
+    """One compiled model, its derived-field layout and one ``MjData`` per worker thread."""
+
+    xml_file: str
+    fields: tuple[str, ...]
+    model: mujoco.MjModel
+    field_shapes: tuple[tuple[int, ...], ...]
+    datas: list[mujoco.MjData]
+    lock: threading.Lock
+
+    @property
+    def state_size(self) -> int:
+        return mujoco.mj_stateSize(self.model, FULLPHYSICS)
+
+    @property
+    def derived_size(self) -> int:
+        return sum(int(np.prod(s)) for s in self.field_shapes)
+
+    def data_for(self, num_threads: int) -> list[mujoco.MjData]:
+        while len(self.datas) < num_threads:
+            self.datas.append(mujoco.MjData(self.model))
+        return self.datas[:num_threads]
+
+
+_MODELS: list[MujocoModel] = []
+_IDS: dict[tuple[str, tuple[str, ...]], int] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def model_id(xml_file: str, fields: tuple[str, ...] = ()) -> int:
+    """The id of gymnasium's asset ``xml_file`` whose ops also return the ``MjData`` ``fields``.
+
+    Built once per process (the first call parses the XML); later calls return the same id.
+    """
+    fields = tuple(fields)
+    with _REGISTRY_LOCK:
+        if (xml_file, fields) in _IDS:
+            return _IDS[(xml_file, fields)]
+        model = mujoco.MjModel.from_xml_path(asset_path(xml_file))
+        data = mujoco.MjData(model)
+        expected = 1 + model.nq + model.nv
+        if mujoco.mj_stateSize(model, FULLPHYSICS) != expected:
+            raise ValueError(
+                f"xml_file: {xml_file!r} has activations, history or plugins; funrl's MuJoCo envs "
+                f"expect a FULLPHYSICS state of time, qpos and qvel ({expected} numbers)"
+            )
+        for name in fields:
+            if not isinstance(getattr(data, name, None), np.ndarray):
+                raise ValueError(f"fields: {name!r} is not an array field of mujoco.MjData")
+        shapes = tuple(tuple(getattr(data, name).shape) for name in fields)
+        _MODELS.append(MujocoModel(xml_file, fields, model, shapes, [data], threading.Lock()))
+        _IDS[(xml_file, fields)] = len(_MODELS) - 1
+        return len(_MODELS) - 1
+
+
+def get_model(model_id: int) -> MujocoModel:
+    """The registered model of ``model_id`` (see :func:`model_id`)."""
+    if not 0 <= model_id < len(_MODELS):
+        raise ValueError(f"model_id: expected an id from funrl.envs.mujoco.physics.model_id, got {model_id}")
+    return _MODELS[model_id]
+
+
+_num_threads = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
+_pool: ThreadPoolExecutor | None = None
+_pool_threads = 0
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Threads the physics ops use (default: the usable CPU cores, at most 8). Results do not
+    depend on it."""
+    global _num_threads
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads: expected a positive int, got {num_threads!r}")
+    _num_threads = num_threads
+
+
+def get_num_threads() -> int:
+    """The thread count of the physics ops (see :func:`set_num_threads`)."""
+    return _num_threads
+
+
+def _executor(num_threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_threads
+    if _pool is None or _pool_threads != num_threads:
+        if _pool is not None:
+            _pool.shutdown(wait=True)
+        _pool = ThreadPoolExecutor(num_threads, thread_name_prefix="funrl-mujoco")
+        _pool_threads = num_threads
+    return _pool
+
+
+def _run_chunks(entry: MujocoModel, num_envs: int, work) -> None:
+    """``work(data, lo, hi)`` over contiguous chunks of the batch, one ``MjData`` per chunk."""
+    num_threads = max(1, min(_num_threads, num_envs))
+    with entry.lock:
+        datas = entry.data_for(num_threads)
+        if num_threads == 1:
+            work(datas[0], 0, num_envs)
+            return
+        bounds = np.linspace(0, num_envs, num_threads + 1).astype(int)
+        futures = [
+            _executor(num_threads).submit(work, datas[k], int(bounds[k]), int(bounds[k + 1]))
+            for k in range(num_threads)
+        ]
+        for future in futures:
+            future.result()
+
+
+def _gather(entry: MujocoModel, data: mujoco.MjData, out: np.ndarray) -> None:
+    offset = 0
+    for name in entry.fields:
+        values = getattr(data, name)
+        out[offset : offset + values.size] = values.reshape(-1)
+        offset += values.size
+
+
+def _as_numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
+
+
+@torch.library.custom_op("funrl::mujoco_step", mutates_args=(), device_types=None)
+def _mujoco_step(
+    model_id: int, states: torch.Tensor, warmstarts: torch.Tensor, controls: torch.Tensor, frame_skip: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    entry = get_model(model_id)
+    model = entry.model
+    states_np, warm_np, controls_np = _as_numpy(states), _as_numpy(warmstarts), _as_numpy(controls)
+    num_envs = states_np.shape[0]
+    next_states = np.empty_like(states_np)
+    next_warm = np.empty_like(warm_np)
+    derived = np.empty((num_envs, entry.derived_size))
+    post_constraint = "cfrc_ext" in entry.fields
+
+    def work(data: mujoco.MjData, lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            mujoco.mj_setState(model, data, states_np[i], FULLPHYSICS)
+            data.qacc_warmstart[:] = warm_np[i]
+            data.ctrl[:] = controls_np[i]
+            mujoco.mj_step(model, data, frame_skip)
+            if post_constraint:
+                mujoco.mj_rnePostConstraint(model, data)
+            mujoco.mj_getState(model, data, next_states[i], FULLPHYSICS)
+            next_warm[i] = data.qacc_warmstart
+            _gather(entry, data, derived[i])
+
+    _run_chunks(entry, num_envs, work)
+    device = states.device
+    return (
+        torch.from_numpy(next_states).to(device),
+        torch.from_numpy(next_warm).to(device),
+        torch.from_numpy(derived).to(device),
+    )
+
+
+@torch.library.custom_op("funrl::mujoco_forward", mutates_args=(), device_types=None)
+def _mujoco_forward(model_id: int, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    entry = get_model(model_id)
+    model = entry.model
+    states_np = _as_numpy(states)
+    num_envs = states_np.shape[0]
+    derived = np.empty((num_envs, entry.derived_size))
+    warm = np.empty((num_envs, model.nv))
+
+    def work(data: mujoco.MjData, lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            mujoco.mj_resetData(model, data)
+            mujoco.mj_setState(model, data, states_np[i], FULLPHYSICS)
+            mujoco.mj_forward(model, data)
+            warm[i] = data.qacc_warmstart
+            _gather(entry, data, derived[i])
+
+    _run_chunks(entry, num_envs, work)
+    device = states.device
+    return torch.from_numpy(derived).to(device), torch.from_numpy(warm).to(device)
+
+
+@_mujoco_step.register_fake
+def _mujoco_step_fake(model_id, states, warmstarts, controls, frame_skip):
+    derived = states.new_empty((states.shape[0], get_model(model_id).derived_size))
+    return torch.empty_like(states), torch.empty_like(warmstarts), derived
+
+
+@_mujoco_forward.register_fake
+def _mujoco_forward_fake(model_id, states):
+    entry = get_model(model_id)
+    return (
+        states.new_empty((states.shape[0], entry.derived_size)),
+        states.new_empty((states.shape[0], entry.model.nv)),
+    )
+
+
+def _no_gradient(ctx, *grads):
+    raise RuntimeError(
+        "funrl.envs.mujoco: the MuJoCo physics ops have no gradient (MuJoCo's C code is not "
+        "differentiable through torch); detach the actions or states before differentiating"
+    )
+
+
+def _save_nothing(ctx, inputs, output) -> None:
+    return None
+
+
+torch.library.register_autograd("funrl::mujoco_step", _no_gradient, setup_context=_save_nothing)
+torch.library.register_autograd("funrl::mujoco_forward", _no_gradient, setup_context=_save_nothing)
+
+
+def _flatten_batch(x: torch.Tensor, in_dim: int | None, batch: int) -> torch.Tensor:
+    """``[B, N, ...]`` (the vmapped dim moved first, broadcast if absent) as ``[B * N, ...]``."""
+    x = x.unsqueeze(0).expand(batch, *x.shape) if in_dim is None else x.movedim(in_dim, 0)
+    return x.reshape(batch * x.shape[1], *x.shape[2:])
+
+
+def _unflatten(outputs: tuple[torch.Tensor, ...], batch: int) -> tuple[torch.Tensor, ...]:
+    return tuple(y.reshape(batch, y.shape[0] // batch, *y.shape[1:]) for y in outputs)
+
+
+@torch.library.register_vmap("funrl::mujoco_step")
+def _mujoco_step_vmap(info, in_dims, model_id, states, warmstarts, controls, frame_skip):
+    _, states_dim, warm_dim, controls_dim, _ = in_dims
+    batch = info.batch_size
+    outputs = _mujoco_step(
+        model_id,
+        _flatten_batch(states, states_dim, batch),
+        _flatten_batch(warmstarts, warm_dim, batch),
+        _flatten_batch(controls, controls_dim, batch),
+        frame_skip,
+    )
+    return _unflatten(outputs, batch), (0, 0, 0)
+
+
+@torch.library.register_vmap("funrl::mujoco_forward")
+def _mujoco_forward_vmap(info, in_dims, model_id, states):
+    batch = info.batch_size
+    outputs = _mujoco_forward(model_id, _flatten_batch(states, in_dims[1], batch))
+    return _unflatten(outputs, batch), (0, 0)
+
+
+def step(
+    model_id: int, states: torch.Tensor, warmstarts: torch.Tensor, controls: torch.Tensor, frame_skip: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``frame_skip`` physics steps of each of N environments: ``(next_states, next_warmstarts,
+    derived)``, float64, shapes ``[N, S]``, ``[N, nv]``, ``[N, D]`` (see the module docstring)."""
+    return torch.ops.funrl.mujoco_step(model_id, states, warmstarts, controls, frame_skip)
+
+
+def forward(model_id: int, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gymnasium's reset of N environments to ``states``: ``(derived[N, D], warmstarts[N, nv])``."""
+    return torch.ops.funrl.mujoco_forward(model_id, states)
