@@ -81,4 +81,24 @@ __all__ = [
     "registry",
     "team_of",
     "vmap",
+    "to_pettingzoo",
+    "from_pettingzoo",
 ]
+
+_BRIDGES = (
+    "to_pettingzoo",
+    "from_pettingzoo",
+    "FunrlParallelEnv",
+    "PettingZooEnv",
+    "PettingZooState",
+    "seed_of",
+)
+
+
+def __getattr__(name: str) -> object:
+    # PettingZoo is optional: the bridges import it on first use, not with funrl.
+    if name in _BRIDGES:
+        from funrl.envs.marl import pettingzoo_bridge
+
+        return getattr(pettingzoo_bridge, name)
+    raise AttributeError(f"module 'funrl.envs.marl' has no attribute {name!r}")

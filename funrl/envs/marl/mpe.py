@@ -93,7 +93,9 @@ def distance(delta: torch.Tensor) -> torch.Tensor:
 
 def others_index(num: int, device: torch.device) -> torch.Tensor:
     """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others")."""
-    return torch.tensor([[j for j in range(num) if j != i] for i in range(num)], dtype=torch.int64, device=device)
+    return torch.tensor(
+        [[j for j in range(num) if j != i] for i in range(num)], dtype=torch.int64, device=device
+    )
 
 
 def of_others(x: torch.Tensor) -> torch.Tensor:
