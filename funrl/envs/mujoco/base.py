@@ -135,6 +135,11 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         return core.time_limit_reached(state.time, params)
 
     @staticmethod
+    def action_square_sum(action: torch.Tensor) -> torch.Tensor:
+        """``sum(action^2)`` in float64: the control costs' ``np.sum(np.square(action))``."""
+        return action.to(torch.float64).square().sum()
+
+    @staticmethod
     def never(state: MujocoState) -> torch.Tensor:
         return torch.zeros((), dtype=torch.bool, device=state.time.device)
 

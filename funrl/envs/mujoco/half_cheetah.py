@@ -66,7 +66,7 @@ class HalfCheetah(MujocoEnv[HalfCheetahParams]):
         x_before, x_after = self.qpos(state)[0], self.qpos(next_state)[0]
         x_velocity = (x_after - x_before) / self.dt(params)
         forward_reward = params.forward_reward_weight * x_velocity
-        ctrl_cost = params.ctrl_cost_weight * action.to(torch.float64).square().sum()
+        ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)
         reward = forward_reward - ctrl_cost
         info = {
             "x_position": x_after,

@@ -41,7 +41,8 @@ def run_side_by_side(
     perturb: Perturb | None = None,
     **options: object,
 ) -> dict[str, int]:
-    """Step both envs ``num_steps`` times; returns how many steps terminated and truncated."""
+    """Step both envs ``num_steps`` times; returns how many steps terminated, truncated and were
+    unhealthy (gymnasium's ``reward_survive`` was 0)."""
     genv = gymnasium.make(env_id, **options)
     env, params = make(env_id, **options)
     rng = np.random.default_rng(seed)
@@ -59,7 +60,7 @@ def run_side_by_side(
         return state
 
     state = restart()
-    counts = {"terminated": 0, "truncated": 0}
+    counts = {"terminated": 0, "truncated": 0, "unhealthy": 0}
     for t in range(num_steps):
         action = (rng.uniform(low, high) * action_scale).astype(np.float32)
         gobs, greward, gterminated, gtruncated, ginfo = genv.step(action)
@@ -77,6 +78,7 @@ def run_side_by_side(
         assert bool(truncated) == gtruncated, f"{where}: truncated {bool(truncated)} != {gtruncated}"
         counts["terminated"] += int(gterminated)
         counts["truncated"] += int(gtruncated)
+        counts["unhealthy"] += int(ginfo.get("reward_survive", 1) == 0)
         if gterminated or gtruncated:
             state = restart()
     genv.close()

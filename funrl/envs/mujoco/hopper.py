@@ -1,0 +1,103 @@
+"""Hopper-v5, as gymnasium defines it (``gymnasium/envs/mujoco/hopper_v5.py``).
+
+A one-legged planar robot (``hopper.xml``) hops forward. Reward
+``forward_reward_weight * x_velocity + healthy_reward * is_healthy - ctrl_cost_weight * sum(a^2)``;
+healthy means ``qpos[1]`` (height) inside ``healthy_z_range``, ``qpos[2]`` (angle) inside
+``healthy_angle_range`` and every entry of ``[qpos[2:], qvel]`` inside ``healthy_state_range``
+(all strict). Terminates when unhealthy (if ``terminate_when_unhealthy``), truncated after 1000
+steps. Observation ``[qpos[1:], clip(qvel, -10, 10)]`` (11). Reset: ``qpos0 + U(-s, s)`` and
+``U(-s, s)`` velocities, ``s = reset_noise_scale``. Frame skip 4 (``dt = 0.008``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from funrl import random
+from funrl.envs.mujoco.base import MujocoEnv, MujocoParams, MujocoState, make_factory
+from funrl.envs.registry import register
+
+__all__ = ["Hopper", "HopperParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HopperParams(MujocoParams):
+    """gymnasium's keyword options of Hopper-v5 (``xml_file`` aside)."""
+
+    frame_skip: int = 4
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 1e-3
+    healthy_reward: float = 1.0
+    terminate_when_unhealthy: bool = True
+    healthy_state_range: tuple[float, float] = (-100.0, 100.0)
+    healthy_z_range: tuple[float, float] = (0.7, math.inf)
+    healthy_angle_range: tuple[float, float] = (-0.2, 0.2)
+    reset_noise_scale: float = 5e-3
+    exclude_current_positions_from_observation: bool = True
+
+
+class Hopper(MujocoEnv[HopperParams]):
+    """Hopper-v5: observation float32 ``[11]``, action Box ``[-1, 1]^3``."""
+
+    env_id = "Hopper-v5"
+    xml_file = "hopper.xml"
+
+    @property
+    def default_params(self) -> HopperParams:
+        return HopperParams()
+
+    def observation_size(self, params: HopperParams) -> int:
+        return self.nq + self.nv - int(params.exclude_current_positions_from_observation)
+
+    def get_obs(self, state: MujocoState, params: HopperParams) -> torch.Tensor:
+        skip = int(params.exclude_current_positions_from_observation)
+        return torch.cat([self.qpos(state)[skip:], self.qvel(state).clamp(-10.0, 10.0)])
+
+    def is_healthy(self, state: MujocoState, params: HopperParams) -> torch.Tensor:
+        qpos = self.qpos(state)
+        z, angle = qpos[1], qpos[2]
+        rest = torch.cat([qpos, self.qvel(state)])[2:]
+        min_state, max_state = params.healthy_state_range
+        min_z, max_z = params.healthy_z_range
+        min_angle, max_angle = params.healthy_angle_range
+        healthy_state = ((min_state < rest) & (rest < max_state)).all()
+        return healthy_state & (min_z < z) & (z < max_z) & (min_angle < angle) & (angle < max_angle)
+
+    def reset_env(self, key: torch.Tensor, params: HopperParams) -> tuple[torch.Tensor, MujocoState]:
+        key_qpos, key_qvel = random.split(key)
+        s = params.reset_noise_scale
+        qpos = self.init_qpos(key.device) + self.uniform(key_qpos, self.nq, -s, s)
+        qvel = self.init_qvel(key.device) + self.uniform(key_qvel, self.nv, -s, s)
+        state = self.new_state(qpos, qvel)
+        return self.to_agent(self.get_obs(state, params)), state
+
+    def step_env(
+        self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: HopperParams
+    ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        self.check_action(action, params)
+        next_state = self.simulate(state, action, params)
+        x_before, x_after = self.qpos(state)[0], self.qpos(next_state)[0]
+        x_velocity = (x_after - x_before) / self.dt(params)
+        healthy = self.is_healthy(next_state, params)
+        forward_reward = params.forward_reward_weight * x_velocity
+        healthy_reward = healthy.to(torch.float64) * params.healthy_reward
+        ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)
+        reward = forward_reward + healthy_reward - ctrl_cost
+        terminated = ~healthy & params.terminate_when_unhealthy
+        info = {
+            "x_position": x_after,
+            "z_distance_from_origin": self.qpos(next_state)[1] - float(self.model.qpos0[1]),
+            "x_velocity": x_velocity,
+            "reward_forward": forward_reward,
+            "reward_ctrl": -ctrl_cost,
+            "reward_survive": healthy_reward,
+        }
+        obs = self.to_agent(self.get_obs(next_state, params))
+        return obs, next_state, reward.to(torch.float32), terminated, self.truncated(next_state, params), info
+
+
+register(Hopper.env_id, make_factory(Hopper, HopperParams))
