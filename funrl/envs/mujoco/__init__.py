@@ -19,18 +19,18 @@ batch of environments on a thread pool (``funrl.envs.mujoco.physics``): one opaq
 (results never depend on it). Design notes: ``docs/mujoco.md``.
 """
 
-from funrl.envs.mujoco.base import MujocoEnv, MujocoParams, MujocoState
 from funrl.envs.mujoco.ant import Ant, AntParams
+from funrl.envs.mujoco.base import MujocoEnv, MujocoParams, MujocoState
 from funrl.envs.mujoco.half_cheetah import HalfCheetah, HalfCheetahParams
 from funrl.envs.mujoco.hopper import Hopper, HopperParams
 from funrl.envs.mujoco.humanoid import Humanoid, HumanoidParams
 from funrl.envs.mujoco.inverted_double_pendulum import InvertedDoublePendulum, InvertedDoublePendulumParams
 from funrl.envs.mujoco.inverted_pendulum import InvertedPendulum, InvertedPendulumParams
+from funrl.envs.mujoco.physics import get_num_threads, set_num_threads
 from funrl.envs.mujoco.pusher import Pusher, PusherParams
 from funrl.envs.mujoco.reacher import Reacher, ReacherParams
 from funrl.envs.mujoco.swimmer import Swimmer, SwimmerParams
 from funrl.envs.mujoco.walker2d import Walker2d, Walker2dParams
-from funrl.envs.mujoco.physics import get_num_threads, set_num_threads
 
 __all__ = [
     "MujocoEnv",
