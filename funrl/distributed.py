@@ -33,6 +33,8 @@ one on disk always loads.
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -41,13 +43,14 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from funrl import random
+from funrl import envs, random
 from funrl import tree as ftree
+from funrl.envs import wrappers
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DataParallel",
-    "DistributedError",
+    "ShardedBatchedEnv",
     "broadcast_from_first",
     "data_parallel",
     "gather_to_first",
@@ -55,8 +58,10 @@ __all__ = [
     "is_first",
     "launched",
     "lost_rank_message",
+    "pool_moments",
     "rank",
     "shard",
+    "shard_envs",
     "world_size",
 ]
 
@@ -65,10 +70,6 @@ DEFAULT_TIMEOUT_S = 600.0
 
 Long enough for a rank whose first update compiles later than the others' (each rank compiles
 its own step); a rank that dies is noticed at once, since its connections close."""
-
-
-class DistributedError(RuntimeError):
-    """A distributed run that cannot go on: a bad shard request or a peer that failed."""
 
 
 def launched() -> bool:
@@ -227,17 +228,55 @@ def data_parallel() -> DataParallel:
     return DataParallel(rank(), world_size(), _all_reduce_sum)
 
 
-def pooled_moments(
-    mean: torch.Tensor, var: torch.Tensor, shift: torch.Tensor, dp: DataParallel
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and population variance over all ranks' equal-sized batches from each rank's own.
+def pool_moments(
+    dp: DataParallel, mean: torch.Tensor, var: torch.Tensor, count: int, shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Mean, population variance and count of all ranks' equal-sized batches from each rank's own
+    (``funrl.envs.wrappers.PoolMoments`` once ``dp`` is bound).
 
-    One all-reduce of ``[mean - shift, var + (mean - shift)^2]`` (moments about ``shift``, a value
-    every rank shares such as the running mean, so the subtraction loses little precision).
+    One all-reduce of ``[mean - shift, var + (mean - shift)^2]``: moments about ``shift``, a value
+    every rank shares (the running mean), so the subtraction loses little precision.
     """
     centred = mean - shift
     pooled = dp.mean(torch.stack([centred, var + centred.square()]))
-    return pooled[0] + shift, (pooled[1] - pooled[0].square()).clamp_min(0.0)
+    return pooled[0] + shift, (pooled[1] - pooled[0].square()).clamp_min(0.0), count * dp.world_size
+
+
+class ShardedBatchedEnv(envs.BatchedEnv):
+    """This rank's block of ``total_envs`` environments: reset and step give its environments
+    the keys one process holding all ``total_envs`` would (its rows of ``split(key, total_envs)``)."""
+
+    def __init__(
+        self, env: Any, dp: DataParallel, total_envs: int, batched_params: Sequence[str] = ()
+    ) -> None:
+        super().__init__(env, len(dp.local_block(total_envs)), batched_params)
+        self.dp = dp
+        self.total_envs = total_envs
+
+    def keys(self, key: torch.Tensor) -> torch.Tensor:
+        return self.dp.env_keys(key, self.total_envs)
+
+
+def shard_envs(benv: Any, dp: DataParallel, total_envs: int) -> Any:
+    """The wrapper chain of ``benv`` (built for this rank's share of ``total_envs``) around a
+    :class:`ShardedBatchedEnv`, its normalisation statistics pooled over the ranks.
+
+    ``benv`` itself for one rank. ``benv`` must hold a ``funrl.envs.vmap`` view (a ValueError
+    otherwise: a host gymnasium env or a user's batched env cannot be sharded here).
+    """
+    if dp.world_size == 1:
+        return benv
+    if isinstance(benv, envs.BatchedEnv):
+        return ShardedBatchedEnv(benv.env, dp, total_envs, benv.batched_params)
+    if isinstance(benv, wrappers.Wrapper):
+        sharded = copy.copy(benv)  # wrappers hold only static options and their inner env
+        sharded.env = shard_envs(benv.env, dp, total_envs)
+        if isinstance(sharded, (wrappers.NormalizeObservation, wrappers.NormalizeReward)):
+            sharded.pool = functools.partial(pool_moments, dp)
+        return sharded
+    raise ValueError(
+        f"env: a data-parallel agent shards a funrl.envs.vmap view over the ranks, got {type(benv).__name__}"
+    )
 
 
 def stack_over(trees: Sequence[Any], dim: int = 0) -> Any:

@@ -33,6 +33,7 @@ import torch
 
 from funrl import envs, nets, optim, random
 from funrl import losses as L
+from funrl import tree as ftree
 from funrl.agents.common import (
     Agent,
     BatchedEnvLike,
@@ -45,6 +46,7 @@ from funrl.agents.common import (
 from funrl.agents.networks import check_network, make_network
 from funrl.agents.registry import register_agent
 from funrl.control import scan
+from funrl.distributed import DataParallel, shard_envs
 from funrl.nets import distributions
 from funrl.nets.initializers import orthogonal
 
@@ -143,7 +145,12 @@ def learning_rate(state: PPOTrainState) -> torch.Tensor:
     return state.opt_state[1].hyperparams["learning_rate"]
 
 
-def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
+def make_train(
+    config: PPOConfig,
+    env: BatchedEnvLike | None = None,
+    device: str = "cpu",
+    data_parallel: DataParallel | None = None,
+) -> Agent:
     """Build PPO for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, evaluate).
 
     Args:
@@ -153,16 +160,30 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             wrapped in ``EpisodeStatistics`` (and, for continuous actions, normalisation wrappers
             on the batched view: one set of statistics for all envs).
         device: where params and env state live.
+        data_parallel: this process's rank in a data-parallel agent
+            (:func:`funrl.distributed.data_parallel`; default: one process). Each rank steps its
+            block of the ``config.num_envs`` environments with the keys one process would give
+            them; the update gathers the rollouts, every rank takes the same global minibatches
+            and computes the gradient of its equal share of each, and the gradients (with the
+            loss metrics) are averaged over the ranks by one all-reduce per gradient step inside
+            the compiled update, as are the normalisation statistics at each env step. So every
+            rank holds the same params, those of one process with all the environments (up to
+            float rounding of the sums), and the update stays one graph.
     """
     device = torch.device(device)
+    dp = data_parallel or DataParallel()
+    if env is not None and dp.world_size > 1:
+        raise ValueError("env: a data-parallel agent makes its own environments; expected None")
+    local_envs = len(dp.local_block(config.num_envs))
     benv, env_params, continuous = make_batched_env(
         config.env_id,
-        config.num_envs,
+        local_envs,
         env,
         dict(config.env_kwargs),
         config.normalize_obs,
         config.normalize_reward,
     )
+    benv = shard_envs(benv, dp, config.num_envs)
     obs_shape = tuple(benv.observation_space(env_params).shape)
     act_space = benv.action_space(env_params)
     action_dim = act_space.shape[-1] if continuous else act_space.n
@@ -180,6 +201,8 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
     batch_size = config.steps_per_update
     minibatch_size = batch_size // config.num_minibatches
     gradient_steps = config.update_epochs * config.num_minibatches
+    # This rank's rows of every minibatch: the minibatches are global, their gradients shared.
+    my_rows = dp.local_block(minibatch_size, "num_envs * num_steps / num_minibatches")
 
     def annealing(count: torch.Tensor) -> torch.Tensor:
         """CleanRL's linear annealing: ``1 - i / num_updates`` through update ``i`` (from 0)."""
@@ -213,10 +236,14 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             hparams=float32_tensors(PPOHyperParams, values, device),
         )
 
+    # One key per environment, this rank's rows of the split all environments share: an action
+    # depends on its environment's key only, wherever the environment is stepped.
+    sample_per_env = torch.func.vmap(dist.sample_and_log_prob, randomness="error")
+
     def act(key: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
         dist_params, value = policy(params, obs)
-        dist_params = dist_params if continuous else (dist_params,)
-        action, log_prob = dist.sample_and_log_prob(key, *dist_params)
+        dist_params = torch.broadcast_tensors(*dist_params) if continuous else (dist_params,)
+        action, log_prob = sample_per_env(dp.env_keys(key, config.num_envs), *dist_params)
         return action, {"log_prob": log_prob, "value": value}
 
     def loss_fn(params, hp: PPOHyperParams, minibatch: dict[str, torch.Tensor]):
@@ -236,10 +263,17 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             vf_coef=hp.vf_coef,
             ent_coef=hp.ent_coef,
             value_clip_eps=hp.clip_eps,
-            normalize=config.normalize_advantages,
+            normalize=False,  # done on the whole minibatch, before the ranks take their rows
         )
 
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
+
+    def mean_over_ranks(tree: Any) -> Any:
+        """Every leaf averaged over the ranks, in one all-reduce of their flattened concatenation."""
+        leaves, spec = ftree.flatten(tree)
+        flat = dp.mean(torch.cat([leaf.reshape(-1) for leaf in leaves]))
+        parts = flat.split([leaf.numel() for leaf in leaves])
+        return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
 
     def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_epochs = random.split(key)
@@ -268,7 +302,12 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
             "value": traj.extras["value"],
             "advantages": advantages,
             "returns": returns,
+            "returned_episode": traj.info["returned_episode"],
+            "returned_episode_return": traj.info["returned_episode_return"],
         }
+        # [T, envs of this rank] -> [T, all envs]: every rank holds the whole rollout.
+        data = {k: dp.all_gather(v, dim=1) for k, v in data.items()}
+        info = {k: data.pop(k) for k in ("returned_episode", "returned_episode_return")}
         data = {k: v.reshape(batch_size, *v.shape[2:]) for k, v in data.items()}
         hp = state.hparams
 
@@ -281,7 +320,11 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         def gradient_step(carry, idx):
             params, opt_state = carry
             minibatch = {k: v[idx] for k, v in data.items()}
-            grads, (loss, metrics) = grad_fn(params, hp, minibatch)
+            if config.normalize_advantages:
+                minibatch["advantages"] = L.normalize_advantages(minibatch["advantages"])
+            mine = {k: v[my_rows.start : my_rows.stop] for k, v in minibatch.items()}
+            grads, (loss, metrics) = grad_fn(params, hp, mine)
+            grads, metrics = mean_over_ranks((grads, metrics))
             updates, opt_state = tx.update(grads, opt_state, params)
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
             return (optim.apply_updates(params, updates), opt_state), metrics
@@ -290,7 +333,6 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         lr = learning_rate(state)
         if config.anneal_lr:
             lr = lr * annealing(state.update_count * gradient_steps)
-        info = traj.info
         metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode_metrics(info), learning_rate=lr)
         new_state = PPOTrainState(
@@ -319,7 +361,8 @@ def make_train(config: PPOConfig, env: BatchedEnvLike | None = None, device: str
         env=benv,
         env_params=env_params,
         device=device,
-        static_key=static_key(NAME, config, SWEEPABLE, env, device),
+        # A rank's step holds its collectives and its share of the environments.
+        static_key=(*static_key(NAME, config, SWEEPABLE, env, device), dp.rank, dp.world_size),
     )
 
 

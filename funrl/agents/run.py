@@ -44,6 +44,7 @@ __all__ = [
     "train_run",
     "read_run",
     "evaluate_run",
+    "load_run",
     "RunError",
 ]
 
@@ -563,6 +564,31 @@ def _compiling_note(bar: Any) -> Iterator[None]:
         bar.set_description_str(desc)
 
 
+def load_run(out: Path, device: str | None = None) -> tuple[common.Agent, Any, dict[str, Any]]:
+    """``(agent, train_state, meta)`` of the run folder ``out``'s checkpoint, every seed.
+
+    A data-parallel run's checkpoint holds every rank's state (its share of the environments,
+    the same params); rank 0's is returned, with an agent of all the environments in one process.
+    """
+    out = Path(out)
+    algo, config, meta = read_run(out)
+    device = device or meta.get("device", "cpu")
+    ranks = meta.get("data_parallel_ranks")
+    agent = build_agent(algo, config, device)
+    shaped = build_agent(algo, config, device, distributed.DataParallel(0, ranks)) if ranks else agent
+    keys = _run_keys(config, meta["seed"], meta["num_seeds"])
+    template = common.init_state(shaped, keys)
+    if ranks:
+        template = ftree.map(lambda x: x.new_empty((ranks, *x.shape)), template)
+    try:
+        (state, _), _ = load_checkpoint(out / CHECKPOINT, template, device)
+    except CheckpointError as exc:
+        raise RunError(str(exc)) from exc
+    if ranks:
+        state = ftree.map(lambda x: x[0], state)
+    return agent, state, meta
+
+
 def evaluate_run(
     out: Path, episodes: int = 20, device: str | None = None, seed: int = 1_000_003
 ) -> dict[str, Any]:
@@ -572,23 +598,8 @@ def evaluate_run(
     episodes at a time (a host env runs all its envs at once and cannot be resized); the first
     ``episodes`` returns count.
     """
-    out = Path(out)
-    algo, config, meta = read_run(out)
-    device = device or meta.get("device", "cpu")
-    # A data-parallel run's checkpoint holds each rank's state (its share of the environments);
-    # their params are the same, rank 0's are evaluated.
-    ranks = meta.get("data_parallel_ranks")
-    agent = build_agent(algo, config, device, distributed.DataParallel(0, ranks) if ranks else None)
-    keys = _run_keys(config, meta["seed"], meta["num_seeds"])
-    template = common.init_state(agent, keys)
-    if ranks:
-        template = ftree.map(lambda x: x.new_empty((ranks, *x.shape)), template)
-    try:
-        (state, _), _ = load_checkpoint(out / CHECKPOINT, template, device)
-    except CheckpointError as exc:
-        raise RunError(str(exc)) from exc
-    if ranks:
-        state = ftree.map(lambda x: x[0], state)
+    agent, state, meta = load_run(out, device)
+    config = agent.config
     per_seed = []
     from funrl import random, tree
 

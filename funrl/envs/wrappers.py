@@ -24,6 +24,7 @@ wrappers do. Under ``vmap`` of a single-env wrapper each environment keeps its o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -211,18 +212,29 @@ class RunningMeanStd(NamedTuple):
         )
 
 
-def update_running_mean_std(rms: RunningMeanStd, x: torch.Tensor) -> RunningMeanStd:
+PoolMoments = Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]]
+"""``pool(batch_mean, batch_var, batch_count, shift) -> (mean, var, count)`` of the union of
+every process's equal-sized batch (``shift``: a value all share, the running mean); see
+``funrl.distributed.pool_moments``, which data-parallel agents give the normalisation wrappers."""
+
+
+def update_running_mean_std(
+    rms: RunningMeanStd, x: torch.Tensor, pool: PoolMoments | None = None
+) -> RunningMeanStd:
     """Merge a batch ``x`` of shape ``[B, *rms.mean.shape]`` into the statistics.
 
     Chan et al.'s parallel variance update, as ``gymnasium.wrappers.utils.RunningMeanStd.update``
     (population variance of the batch). In float32 the count stops growing past 2**24 samples,
     after which new batches keep a constant weight of about 6e-8 each; pass float64 statistics
-    (``stats_dtype``) for longer runs.
+    (``stats_dtype``) for longer runs. ``pool``: the batch is one process's share of a batch
+    spread over processes (data parallelism), whose moments ``pool`` combines first.
     """
     x = x.to(rms.mean.dtype)
     batch_count = x.shape[0]
     batch_mean = x.mean(dim=0)
     batch_var = x.var(dim=0, correction=0)
+    if pool is not None:
+        batch_mean, batch_var, batch_count = pool(batch_mean, batch_var, batch_count, rms.mean)
     delta = batch_mean - rms.mean
     total = rms.count + batch_count
     mean = rms.mean + delta * (batch_count / total)
@@ -252,6 +264,8 @@ class NormalizeObservation(Wrapper):
 
     ``update_stats=False`` (or ``.frozen()``) gives the evaluation mode: same state layout,
     statistics only read. Output dtype is ``stats_dtype`` (float32 by default, as gymnasium).
+    ``pool`` (see :func:`update_running_mean_std`): the batch is this process's share of a
+    data-parallel agent's environments, and the statistics are those of all of them.
     """
 
     def __init__(
@@ -260,6 +274,7 @@ class NormalizeObservation(Wrapper):
         epsilon: float = 1e-8,
         update_stats: bool = True,
         stats_dtype: torch.dtype = torch.float32,
+        pool: PoolMoments | None = None,
     ) -> None:
         super().__init__(env)
         if not (isinstance(epsilon, (int, float)) and epsilon > 0):
@@ -269,6 +284,7 @@ class NormalizeObservation(Wrapper):
         self.epsilon = float(epsilon)
         self.update_stats = bool(update_stats)
         self.stats_dtype = stats_dtype
+        self.pool = pool
 
     def frozen(self) -> NormalizeObservation:
         """The same wrapper with statistics read but never updated (evaluation mode)."""
@@ -282,7 +298,7 @@ class NormalizeObservation(Wrapper):
         self, rms: RunningMeanStd, obs: torch.Tensor, event_shape: tuple[int, ...], update: bool
     ) -> tuple[torch.Tensor, RunningMeanStd]:
         if update and self.update_stats:
-            rms = update_running_mean_std(rms, obs.reshape((-1,) + tuple(event_shape)))
+            rms = update_running_mean_std(rms, obs.reshape((-1,) + tuple(event_shape)), self.pool)
         out = (obs.to(rms.mean.dtype) - rms.mean) / torch.sqrt(rms.var + self.epsilon)
         return out, rms
 
@@ -321,7 +337,7 @@ class NormalizeReward(Wrapper):
     auto-reset, which is funrl's): ``G <- G * gamma * (1 - terminated) + r``; merge ``G`` into
     the scalar statistics; ``r / sqrt(var + epsilon)`` (no mean subtraction); then ``G <- 0``
     where the episode ended (terminated or truncated). ``update_stats=False`` / ``.frozen()``
-    reads the statistics without updating them.
+    reads the statistics without updating them. ``pool`` as :class:`NormalizeObservation`'s.
     """
 
     def __init__(
@@ -331,6 +347,7 @@ class NormalizeReward(Wrapper):
         epsilon: float = 1e-8,
         update_stats: bool = True,
         stats_dtype: torch.dtype = torch.float32,
+        pool: PoolMoments | None = None,
     ) -> None:
         super().__init__(env)
         if not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
@@ -343,6 +360,7 @@ class NormalizeReward(Wrapper):
         self.epsilon = float(epsilon)
         self.update_stats = bool(update_stats)
         self.stats_dtype = stats_dtype
+        self.pool = pool
 
     def frozen(self) -> NormalizeReward:
         """The same wrapper with statistics read but never updated (evaluation mode)."""
@@ -361,7 +379,7 @@ class NormalizeReward(Wrapper):
         discounted = state.discounted_return * self.gamma * continuing + reward.to(self.stats_dtype)
         rms = state.return_rms
         if self.update_stats:
-            rms = update_running_mean_std(rms, discounted.reshape(-1))
+            rms = update_running_mean_std(rms, discounted.reshape(-1), self.pool)
         normalised = (reward.to(self.stats_dtype) / torch.sqrt(rms.var + self.epsilon)).to(reward.dtype)
         discounted = torch.where(terminated | truncated, torch.zeros_like(discounted), discounted)
         return obs, NormalizeRewardState(env_state, discounted, rms), normalised, terminated, truncated, info
