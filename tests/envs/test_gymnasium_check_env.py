@@ -75,7 +75,7 @@ def assert_same_step(ours: tuple, reference: tuple, where: str) -> None:
 def test_sb3_vec_env_steps_and_auto_resets_like_dummy_vec_env(env_id: str) -> None:
     # A short time limit ends (and auto-resets) episodes of every env within the test.
     env, params = E.make(env_id)
-    params = dataclasses.replace(params, max_steps_in_episode=7)
+    params = dataclasses.replace(params, max_steps_in_episode=5)
     num_envs, seed = 3, 11
     ours = E.to_sb3_vec_env(env, num_envs, params=params, seed=seed)
     reference = DummyVecEnv([lambda: E.to_gymnasium_env(env, params=params) for _ in range(num_envs)])
@@ -85,7 +85,7 @@ def test_sb3_vec_env_steps_and_auto_resets_like_dummy_vec_env(env_id: str) -> No
     np.testing.assert_array_equal(obs, reference_obs)
     ours.action_space.seed(0)
     episode_ends = 0
-    for t in range(20):
+    for t in range(12):
         actions = np.stack([ours.action_space.sample() for _ in range(num_envs)])
         out = ours.step(actions)
         assert_same_step(out, reference.step(actions), f"{env_id} step {t}")
