@@ -1,4 +1,5 @@
-"""PPO, A2C, REINFORCE: invariants (hypothesis), gradients, transforms, bad input."""
+"""PPO, A2C, REINFORCE: funrl.testing's policy-loss battery, invariants (hypothesis), gradients,
+transforms, bad input."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from funrl.losses import (
     ppo_value_loss,
     reinforce_loss,
 )
+from funrl.testing import assert_pure, assert_vmap_equals_loop, policy_loss_invariants
 
 DTYPE = torch.float64
 batches = st.tuples(st.integers(0, 2**16), st.integers(2, 64))
@@ -80,19 +82,10 @@ def test_ppo_loss_matches_surrogate_equation(batch, clip_eps):
     torch.testing.assert_close(metrics["clip_fraction"], torch.tensor(outside, dtype=DTYPE))
 
 
-@given(batches, clips)
-def test_ppo_gradient_is_zero_exactly_for_pessimistically_clipped_samples(batch, clip_eps):
-    d = make(*batch, spread=0.6)
-    log_prob = d["log_prob"].clone().requires_grad_(True)
-    loss, _ = ppo_clip_loss(log_prob, d["old_log_prob"], d["advantages"], clip_eps)
-    (grad,) = torch.autograd.grad(loss, log_prob)
-    ratio = (d["log_prob"] - d["old_log_prob"]).exp()
-    adv = d["advantages"]
-    clipped = ((adv > 0) & (ratio > 1 + clip_eps)) | ((adv < 0) & (ratio < 1 - clip_eps))
-    assert torch.all(grad[clipped] == 0)
-    # Elsewhere the gradient is the unclipped one: -r A / B.
-    live = ~clipped
-    torch.testing.assert_close(grad[live], -(ratio * adv)[live] / len(adv))
+def test_ppo_clip_loss_passes_the_policy_loss_battery():
+    # Zero gradient where the clip saturates, -r A / B elsewhere, the vanilla gradient on-policy,
+    # scaling with the advantages, the pessimistic bound.
+    policy_loss_invariants(ppo_clip_loss, max_examples=15)
 
 
 @given(batches)
@@ -220,13 +213,7 @@ def test_every_loss_is_batch_order_invariant(batch, perm_seed):
 
 
 def test_every_loss_is_pure():
-    d = make(3, 16)
-    copies = {k: v.clone() for k, v in d.items()}
-    first, second = _all_losses(d), _all_losses(d)
-    for name in first:
-        assert torch.equal(first[name], second[name]), name
-    for k in d:
-        assert torch.equal(d[k], copies[k])
+    assert_pure(_all_losses, make(3, 16))
 
 
 def test_vmap_over_an_ensemble_equals_a_loop():
@@ -236,10 +223,7 @@ def test_vmap_over_an_ensemble_equals_a_loop():
     def losses(*columns):
         return tuple(_all_losses(dict(zip(stacked, columns, strict=True))).values())
 
-    batched = torch.func.vmap(losses)(*stacked.values())
-    for i, member in enumerate(members):
-        for got, expected in zip(batched, _all_losses(member).values(), strict=True):
-            torch.testing.assert_close(got[i], expected)
+    assert_vmap_equals_loop(losses, 0, *stacked.values())
 
 
 def test_grad_and_value_with_aux_applies_directly():

@@ -1,4 +1,5 @@
-"""Value estimators: invariants (hypothesis), reference loops written from the papers, transforms, bad input.
+"""Value estimators: funrl.testing's invariant batteries, further invariants (hypothesis),
+reference loops written from the papers, transforms, bad input.
 
 The reference functions below are written from the equations as per-step loops or explicit sums,
 independently of funrl's scan-based recurrences.
@@ -20,6 +21,13 @@ from funrl.losses import (
     retrace,
     td_error,
     vtrace,
+)
+from funrl.testing import (
+    advantage_estimator_invariants,
+    assert_pure,
+    assert_trees_close,
+    assert_vmap_equals_loop,
+    td_target_invariants,
 )
 
 DTYPE = torch.float64
@@ -162,6 +170,39 @@ rates = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])
 
 
 # ------------------------------------------------------------------------------------------
+# The batteries (funrl.testing): every estimator shaped like gae, and n-step returns as targets
+# ------------------------------------------------------------------------------------------
+
+BATTERY_EXAMPLES = 10  # hypothesis cases per invariant; each battery call stays within seconds
+
+
+def lambda_return_advantages(rewards, values, next_values, terminated, truncated, gamma, lmbda):
+    returns = lambda_returns(rewards, next_values, terminated, truncated, gamma, lmbda)
+    return returns - values, returns
+
+
+def on_policy_vtrace_advantages(rewards, values, next_values, terminated, truncated, gamma, lmbda):
+    # On-policy (log ρ = 0) V-trace targets are TD(λ) returns (Espeholt et al. 2018, §4.1).
+    vs, _ = vtrace(
+        rewards, values, next_values, terminated, truncated, torch.zeros_like(rewards), gamma, lmbda
+    )
+    return vs - values, vs
+
+
+@pytest.mark.parametrize("estimator", [gae, lambda_return_advantages, on_policy_vtrace_advantages])
+def test_advantage_estimators_pass_the_advantage_battery(estimator):
+    advantage_estimator_invariants(estimator, max_examples=BATTERY_EXAMPLES)
+
+
+def n_step_returns_of_greedy_values(rewards, next_q_values, terminated, truncated, gamma, n):
+    return n_step_returns(rewards, next_q_values.max(dim=-1).values, terminated, truncated, gamma, n)
+
+
+def test_n_step_returns_pass_the_td_target_battery():
+    td_target_invariants(n_step_returns_of_greedy_values, max_examples=BATTERY_EXAMPLES)
+
+
+# ------------------------------------------------------------------------------------------
 # GAE
 # ------------------------------------------------------------------------------------------
 
@@ -178,21 +219,9 @@ def test_gae_matches_reference_loop(batch, gamma, lmbda):
 
 
 @given(batches, rates)
-def test_gae_lambda_one_no_truncation_is_monte_carlo_return_minus_value(batch, gamma):
-    d = make_batch(*batch, p_trunc=0.0)
-    done = d["terminated"]
-    nv = consistent_next_values(d["values"], d["next_values"], done)
-    adv, _ = gae(d["rewards"], d["values"], nv, d["terminated"], d["truncated"], gamma, 1.0)
-    mc = ref_monte_carlo(d["rewards"], nv, d["terminated"], d["truncated"], gamma)
-    torch.testing.assert_close(adv, mc - d["values"])
-
-
-@given(batches, rates)
-def test_gae_lambda_zero_is_one_step_td_error(batch, gamma):
+def test_td_error_matches_its_equation(batch, gamma):
     d = make_batch(*batch)
-    adv, _ = gae(d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], gamma, 0.0)
     delta = td_error(d["rewards"], d["values"], d["next_values"], d["terminated"], gamma)
-    torch.testing.assert_close(adv, delta)
     torch.testing.assert_close(
         delta, d["rewards"] + gamma * inv(d["terminated"]) * d["next_values"] - d["values"]
     )
@@ -355,13 +384,6 @@ def test_n_step_with_n_at_least_T_is_monte_carlo_return(batch, gamma, extra):
     torch.testing.assert_close(got, expected)
 
 
-@given(batches, rates)
-def test_n_step_with_n_one_is_one_step_target(batch, gamma):
-    d = make_batch(*batch)
-    got = n_step_returns(d["rewards"], d["next_values"], d["terminated"], d["truncated"], gamma, 1)
-    torch.testing.assert_close(got, d["rewards"] + gamma * inv(d["terminated"]) * d["next_values"])
-
-
 @given(batches, rates, rates, st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0.5, 1.0, 3.0]))
 def test_vtrace_matches_reference(batch, gamma, lmbda, rho_bar, c_bar):
     d = make_batch(*batch)
@@ -416,13 +438,7 @@ def test_retrace_with_zero_traces_is_expected_sarsa_target(batch, gamma):
 
 def test_gae_is_pure_and_leaves_inputs_untouched():
     d = make_batch(3, 16, 4)
-    copies = {k: v.clone() for k, v in d.items()}
-    first = gae(d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], 0.99, 0.95)
-    second = gae(d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], 0.99, 0.95)
-    for x, y in zip(first, second, strict=True):
-        assert torch.equal(x, y)
-    for k in d:
-        assert torch.equal(d[k], copies[k])
+    assert_pure(gae, d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], 0.99, 0.95)
 
 
 def test_vmap_over_gamma_and_lambda_equals_loop():
@@ -435,9 +451,7 @@ def test_vmap_over_gamma_and_lambda_equals_loop():
             d["rewards"], d["values"], d["next_values"], d["terminated"], d["truncated"], gamma, lmbda
         )[0]
 
-    batched = torch.func.vmap(advantages)(gammas, lmbdas)
-    for i in range(len(gammas)):
-        torch.testing.assert_close(batched[i], advantages(float(gammas[i]), float(lmbdas[i])))
+    assert_vmap_equals_loop(advantages, 0, gammas, lmbdas)
 
 
 @pytest.mark.parametrize("name", ["gae", "lambda_returns", "n_step_returns", "vtrace", "retrace"])
@@ -457,9 +471,7 @@ def test_vmap_over_leading_batch_equals_loop(name):
         return retrace(rewards, values, next_values, terminated, truncated, log_rhos, 0.9, 0.8)
 
     keys = ["rewards", "values", "next_values", "terminated", "truncated", "log_rhos"]
-    batched = torch.func.vmap(estimator)(*[stacked[k] for k in keys])
-    for i, run in enumerate(runs):
-        torch.testing.assert_close(batched[i], estimator(*[run[k] for k in keys]))
+    assert_vmap_equals_loop(estimator, 0, *[stacked[k] for k in keys])
 
 
 def test_tensor_gamma_per_environment_equals_separate_calls():
@@ -498,9 +510,7 @@ def test_compiled_gae_equals_eager():
     args = (d32["rewards"], d32["values"], d32["next_values"], d32["terminated"], d32["truncated"])
     gamma, lmbda = torch.tensor(0.99), torch.tensor(0.95)
     got = funrl_compile(gae, dynamic=False)(*args, gamma, lmbda)
-    expected = gae(*args, gamma, lmbda)
-    for x, y in zip(got, expected, strict=True):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    assert_trees_close(got, gae(*args, gamma, lmbda), rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------

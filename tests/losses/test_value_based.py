@@ -1,4 +1,5 @@
-"""DQN, Double DQN, n-step targets, C51 and QR-DQN: invariants, references from the papers, bad input."""
+"""DQN, Double DQN, n-step targets, C51 and QR-DQN: funrl.testing's TD-target battery, invariants,
+references from the papers, bad input."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from funrl.losses import (
     quantile_huber_loss,
     quantile_q_learning_target,
 )
+from funrl.testing import assert_pure, assert_vmap_equals_loop, td_target_invariants
 
 DTYPE = torch.float64
 batches = st.tuples(st.integers(0, 2**16), st.integers(1, 32), st.integers(2, 6))
@@ -129,6 +131,32 @@ def test_dqn_gradient_only_reaches_the_taken_action_and_not_the_target():
     assert targets.grad is None
 
 
+def one_step_q_learning(rewards, next_q_values, terminated, truncated, gamma, n):
+    return q_learning_target(rewards, next_q_values, terminated, gamma)
+
+
+def one_step_double_q_learning_with_one_network(rewards, next_q_values, terminated, truncated, gamma, n):
+    return double_q_learning_target(rewards, next_q_values, next_q_values, terminated, gamma)
+
+
+def n_step_double_q_targets_with_one_network(rewards, next_q_values, terminated, truncated, gamma, n):
+    return n_step_q_targets(rewards, next_q_values, terminated, truncated, gamma, n, next_q_values)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        n_step_q_targets,
+        n_step_double_q_targets_with_one_network,
+        one_step_q_learning,
+        one_step_double_q_learning_with_one_network,
+    ],
+)
+def test_q_targets_pass_the_td_target_battery(target):
+    # Terminal masking, gamma=0 gives the reward, n=1 is the one-step target, no flow across ends.
+    td_target_invariants(target, max_examples=10)
+
+
 @given(st.integers(0, 2**16), st.integers(1, 12), gammas)
 def test_n_step_q_targets(seed, length, gamma):
     g = torch.Generator().manual_seed(seed)
@@ -137,8 +165,6 @@ def test_n_step_q_targets(seed, length, gamma):
     next_online = torch.randn(length, 3, 4, generator=g, dtype=DTYPE)
     terminated = torch.rand(length, 3, generator=g) < 0.2
     truncated = (torch.rand(length, 3, generator=g) < 0.2) & ~terminated
-    one = n_step_q_targets(rewards, next_q, terminated, truncated, gamma, 1)
-    torch.testing.assert_close(one, q_learning_target(rewards, next_q, terminated, gamma))
     one_double = n_step_q_targets(rewards, next_q, terminated, truncated, gamma, 1, next_online)
     torch.testing.assert_close(
         one_double, double_q_learning_target(rewards, next_online, next_q, terminated, gamma)
@@ -302,13 +328,7 @@ def test_every_loss_is_batch_order_invariant(batch, perm_seed):
 
 
 def test_every_loss_is_pure():
-    d = make(1, 8, 3)
-    copies = {k: v.clone() for k, v in d.items()}
-    first, second = _losses(d), _losses(d)
-    for name in first:
-        assert torch.equal(first[name], second[name]), name
-    for k in d:
-        assert torch.equal(d[k], copies[k])
+    assert_pure(_losses, make(1, 8, 3))
 
 
 def test_vmap_over_an_ensemble_equals_a_loop():
@@ -318,18 +338,13 @@ def test_vmap_over_an_ensemble_equals_a_loop():
     def losses(*columns):
         return tuple(_losses(dict(zip(stacked, columns, strict=True))).values())
 
-    batched = torch.func.vmap(losses)(*stacked.values())
-    for i, member in enumerate(members):
-        for got, expected in zip(batched, _losses(member).values(), strict=True):
-            torch.testing.assert_close(got[i], expected)
+    assert_vmap_equals_loop(losses, 0, *stacked.values())
 
 
 def test_vmap_over_gamma_equals_a_loop():
     d = make(3, 9, 4)
     gammas = torch.tensor([0.0, 0.5, 0.99], dtype=DTYPE)
-    batched = torch.func.vmap(lambda g: _losses(d, g)["c51"])(gammas)
-    for i, gamma in enumerate(gammas.tolist()):
-        torch.testing.assert_close(batched[i], _losses(d, gamma)["c51"])
+    assert_vmap_equals_loop(lambda g: _losses(d, g)["c51"], 0, gammas)
 
 
 # ------------------------------------------------------------------------------------------
