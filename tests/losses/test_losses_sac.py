@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from funrl import losses as L
 from funrl import nets, random, tree
+from funrl.testing import assert_pure, assert_trees_close, assert_vmap_equals_loop
 
 
 @given(seed=seeds, batch=st.integers(2, 17))
@@ -181,9 +182,9 @@ def test_sac_update_compiled_equals_eager():
     )
     eager = _sac_sgd_step(*args, n["actor"], n["critic"])
     compiled = torch.compile(_sac_sgd_step, fullgraph=True)(*args, n["actor"], n["critic"])
-    assert tree.tree_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    assert_trees_close(compiled, eager, rtol=1e-5, atol=1e-6)
     # Purity: the same inputs give the same outputs, and the step did change the params.
-    assert tree.tree_allclose(_sac_sgd_step(*args, n["actor"], n["critic"]), eager, rtol=0, atol=0)
+    assert_pure(_sac_sgd_step, *args, n["actor"], n["critic"])
     assert not tree.tree_allclose(eager[1], n["critic_params"])
 
 
@@ -197,11 +198,9 @@ def test_sac_objective_is_pure_and_vmap_over_keys_equals_loop():
             actor=n["actor"], critic=n["critic"], gamma=0.99,
         )[0]  # fmt: skip
 
-    batched = torch.func.vmap(critic_loss)(keys)
-    looped = torch.stack([critic_loss(k) for k in keys])
-    torch.testing.assert_close(batched, looped, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(critic_loss(keys[0]), looped[0], rtol=0, atol=0)  # same key, same loss
-    assert len(set(looped.tolist())) == 3  # the key drives the next-action sample
+    assert_vmap_equals_loop(critic_loss, 0, keys, rtol=1e-5, atol=1e-6)
+    assert_pure(critic_loss, keys[0])
+    assert len({float(critic_loss(k)) for k in keys}) == 3  # the key drives the next-action sample
 
 
 def test_bad_inputs_raise_value_errors_naming_the_argument():

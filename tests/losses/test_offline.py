@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from funrl import nets, random, tree
 from funrl.losses import offline as O
+from funrl.testing import assert_vmap_equals_loop
 
 seeds = st.integers(0, 2**16)
 OBS_DIM, ACT_DIM, BATCH = 3, 2, 6
@@ -173,11 +174,9 @@ def test_offline_losses_batch_order_invariant_and_finite_gradients(seed, batch):
 def test_vmap_over_seeds_equals_loop_for_cql_regularizer():
     inputs = [_cql_inputs(s) for s in range(3)]
     stacked = {k: torch.stack([d[k] for d in inputs]) for k in inputs[0]}
-    losses, _ = torch.func.vmap(lambda d: O.cql_regularizer(**d, action_dim=ACT_DIM))(stacked)
-    for i, d in enumerate(inputs):
-        torch.testing.assert_close(
-            losses[i], O.cql_regularizer(**d, action_dim=ACT_DIM)[0], rtol=0, atol=1e-14
-        )
+    assert_vmap_equals_loop(
+        lambda d: O.cql_regularizer(**d, action_dim=ACT_DIM), 0, stacked, rtol=0, atol=1e-14
+    )
 
 
 # ----------------------------------------------------------------------------------------------

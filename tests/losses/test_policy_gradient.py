@@ -16,7 +16,12 @@ from funrl.losses import (
     ppo_value_loss,
     reinforce_loss,
 )
-from funrl.testing import assert_pure, assert_vmap_equals_loop, policy_loss_invariants
+from funrl.testing import (
+    assert_compile_equals_eager,
+    assert_pure,
+    assert_vmap_equals_loop,
+    policy_loss_invariants,
+)
 
 DTYPE = torch.float64
 batches = st.tuples(st.integers(0, 2**16), st.integers(2, 64))
@@ -249,11 +254,7 @@ def test_compiled_ppo_loss_equals_eager():
     args = [
         d[k] for k in ["log_prob", "old_log_prob", "advantages", "values", "old_values", "returns", "entropy"]
     ]
-    loss, metrics = torch.compile(step, fullgraph=True)(*args)
-    ref_loss, ref_metrics = step(*args)
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
-    for k in ref_metrics:
-        torch.testing.assert_close(metrics[k], ref_metrics[k], rtol=1e-5, atol=1e-6)
+    assert_compile_equals_eager(step, *args, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from funrl.losses import sequence as S
+from funrl.testing import assert_vmap_equals_loop
 
 seeds = st.integers(0, 2**16)
 
@@ -90,9 +91,7 @@ def test_dpo_batch_order_invariance_and_vmap_equals_loop(seed):
     )
     many = [_dpo_inputs(seed + i) for i in range(3)]
     stacked = {k: torch.stack([m[k] for m in many]) for k in d}
-    batched, _ = torch.func.vmap(lambda x: S.dpo_loss(**x))(stacked)
-    for i, m in enumerate(many):
-        torch.testing.assert_close(batched[i], S.dpo_loss(**m)[0], rtol=0, atol=1e-14)
+    assert_vmap_equals_loop(lambda x: S.dpo_loss(**x), 0, stacked, rtol=0, atol=1e-14)
 
 
 # ----------------------------------------------------------------------------------------------

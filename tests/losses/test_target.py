@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from funrl import tree
 from funrl.losses.target import hard_update, periodic_update, polyak
+from funrl.testing import assert_pure, assert_vmap_equals_loop
 
 
 def _params(seed: int, scale: float = 1.0) -> dict:
@@ -51,28 +52,19 @@ def test_polyak_planted_bug_swapped_arguments_is_detected():
 
 @given(seed=seeds, tau=taus)
 def test_polyak_is_pure_and_does_not_modify_inputs(seed, tau):
-    target, online = _params(seed), _params(seed + 1)
-    target_copy, online_copy = tree.map(torch.clone, target), tree.map(torch.clone, online)
-    first, second = polyak(target, online, tau), polyak(target, online, tau)
-    assert tree.tree_equal(first, second)
-    assert tree.tree_equal(target, target_copy) and tree.tree_equal(online, online_copy)
+    assert_pure(polyak, _params(seed), _params(seed + 1), tau)
 
 
 def test_polyak_vmap_over_tau_sweep_equals_loop():
     target, online = _params(3), _params(4)
     tau_sweep = torch.tensor([0.0, 0.005, 0.5, 1.0])
-    batched = torch.func.vmap(lambda tau: polyak(target, online, tau))(tau_sweep)
-    for i, tau in enumerate(tau_sweep):
-        assert tree.tree_allclose(tree.index(batched, i), polyak(target, online, tau), rtol=0, atol=0)
+    assert_vmap_equals_loop(lambda tau: polyak(target, online, tau), 0, tau_sweep, rtol=0, atol=0)
 
 
 def test_polyak_vmap_over_seeds_equals_loop():
     targets = tree.stack([_params(s) for s in range(3)])
     onlines = tree.stack([_params(10 + s) for s in range(3)])
-    batched = torch.func.vmap(lambda t, o: polyak(t, o, 0.1))(targets, onlines)
-    for i in range(3):
-        looped = polyak(tree.index(targets, i), tree.index(onlines, i), 0.1)
-        assert tree.tree_allclose(tree.index(batched, i), looped, rtol=0, atol=0)
+    assert_vmap_equals_loop(lambda t, o: polyak(t, o, 0.1), 0, targets, onlines, rtol=0, atol=0)
 
 
 def test_hard_update_copies_without_aliasing():
@@ -94,9 +86,7 @@ def test_periodic_update_copies_exactly_on_the_period(step, period):
 def test_periodic_update_vmap_over_steps_equals_loop():
     target, online = _params(0), _params(1)
     steps = torch.arange(7)
-    batched = torch.func.vmap(lambda s: periodic_update(target, online, s, 3))(steps)
-    for i in range(7):
-        assert tree.tree_equal(tree.index(batched, i), periodic_update(target, online, i, 3))
+    assert_vmap_equals_loop(lambda s: periodic_update(target, online, s, 3), 0, steps, rtol=0, atol=0)
 
 
 def test_periodic_update_accepts_integer_leaves_for_optimiser_state():
