@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import funrl.envs as E
 from funrl import random
 from funrl import tree as ftree
+from funrl.testing import assert_pure, assert_vmap_equals_loop
 
 
 def f32(low: float, high: float) -> st.SearchStrategy[float]:
@@ -351,15 +352,10 @@ def test_reset_range_matches_gymnasium(env_id):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_pure_same_inputs_same_outputs(env_id):
     env, params = E.make(env_id)
-    key = random.key(7)
-    obs1, s1 = env.reset(key, params)
-    obs2, s2 = env.reset(key, params)
-    assert ftree.tree_equal((obs1, s1), (obs2, s2))
+    assert_pure(env.reset, random.key(7), params)
+    _, state = env.reset(random.key(7), params)
     action = env.action_space(params).sample(random.key(3))
-    out1 = env.step(random.key(5), s1, action, params)
-    out2 = env.step(random.key(5), s1, action, params)
-    assert ftree.tree_equal(out1, out2)
-    assert ftree.tree_equal(s1, s2)  # the input state was not modified
+    assert_pure(env.step, random.key(5), state, action, params)  # also: the input state is untouched
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -371,11 +367,8 @@ def test_vmap_equals_loop(env_id):
     for _ in range(30):  # long enough for some episodes to end and auto-reset
         keys = random.split(keys[0], n)
         actions = random_actions(env, params, keys[-1], n)
-        batched = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))(keys, state, actions, params)
-        for i in range(n):
-            single = env.step(keys[i], ftree.index(state, i), actions[i], params)
-            assert ftree.tree_equal(ftree.index(batched, i), single)
-        state = batched[1]
+        assert_vmap_equals_loop(env.step, (0, 0, 0, None), keys, state, actions, params, rtol=0, atol=0)
+        state = torch.func.vmap(env.step, in_dims=(0, 0, 0, None))(keys, state, actions, params)[1]
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
