@@ -317,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"funrl {args.command}: error: {message}", file=sys.stderr)
         return 1 if isinstance(exc, NonFiniteError) else 2
+    except distributed.RankStopped as exc:
+        print(f"funrl {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except dist.DistError as exc:
         print(f"funrl {args.command}: error: {distributed.lost_rank_message(exc)}", file=sys.stderr)
         return 1

@@ -33,10 +33,13 @@ one on disk always loads.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -50,6 +53,7 @@ from funrl.envs import wrappers
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DataParallel",
+    "RankStopped",
     "ShardedBatchedEnv",
     "broadcast_from_first",
     "data_parallel",
@@ -62,6 +66,7 @@ __all__ = [
     "rank",
     "shard",
     "shard_envs",
+    "stop_on_sigterm",
     "world_size",
 ]
 
@@ -128,6 +133,36 @@ def shard(num_items: int, rank: int, world_size: int, what: str = "num_seeds") -
     base, extra = divmod(num_items, world_size)
     start = rank * base + min(rank, extra)
     return range(start, start + base + (rank < extra))
+
+
+class RankStopped(RuntimeError):
+    """The launcher stopped this rank (SIGTERM), as torchrun does to every rank once one failed."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """While training under a launcher, its SIGTERM raises :class:`RankStopped` in this rank.
+
+    torchrun stops the surviving ranks with SIGTERM as soon as one rank fails, often before their
+    next collective notices the loss; the exception lets each print its own one-line error (and
+    leave files as an exception does: checkpoints are atomic). Outside a launcher, or off the main
+    thread (where Python cannot take signals), the handlers are left alone.
+    """
+    if not launched() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise RankStopped(
+            f"rank {rank()} of {world_size()}: stopped by the launcher, which saw another rank fail "
+            "(its report names the first failure); the last checkpoint holds the last good state"
+        )
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def lost_rank_message(exc: BaseException) -> str:

@@ -424,10 +424,11 @@ def train_run(
     # The first update runs alone: its call holds the compile, timed apart from training.
     t0 = time.perf_counter()
     try:
-        with _compiling_note(bar if compile else None):
-            state, first = train_for(min(1, remaining), state)
-        t1 = time.perf_counter()
-        state, rest = train_for(remaining - min(1, remaining), state)
+        with distributed.stop_on_sigterm():
+            with _compiling_note(bar if compile else None):
+                state, first = train_for(min(1, remaining), state)
+            t1 = time.perf_counter()
+            state, rest = train_for(remaining - min(1, remaining), state)
     finally:
         if bar is not None:
             bar.close()

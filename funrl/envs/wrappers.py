@@ -212,7 +212,9 @@ class RunningMeanStd(NamedTuple):
         )
 
 
-PoolMoments = Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]]
+PoolMoments = Callable[
+    [torch.Tensor, torch.Tensor, int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]
+]
 """``pool(batch_mean, batch_var, batch_count, shift) -> (mean, var, count)`` of the union of
 every process's equal-sized batch (``shift``: a value all share, the running mean); see
 ``funrl.distributed.pool_moments``, which data-parallel agents give the normalisation wrappers."""
