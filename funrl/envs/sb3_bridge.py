@@ -80,8 +80,8 @@ class FunrlSB3VecEnv(VecEnv):
         self._reset_fn = torch.func.vmap(lambda k: env.reset(k, params))
         self._step_env_fn = torch.func.vmap(lambda k, s, a: env.step_env(k, s, a, params))
         self._in_space = torch.func.vmap(self._action_space.contains)
+        # Copy i's stream starts at random.key(seed + i), as make_vec_env(seed=seed) seeds its copies.
         self._keys = torch.stack([random.key(check_seed(seed) + i) for i in range(num_envs)]).to(self.device)
-        self.seed(seed)  # the first reset seeds copy i with seed + i, as make_vec_env(seed=seed) does
         self._state: Any = None
         self._actions: torch.Tensor | None = None
 

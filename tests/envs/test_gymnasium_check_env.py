@@ -19,6 +19,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import funrl.envs as E
@@ -115,6 +116,13 @@ def test_sb3_time_limit_truncated_only_when_the_limit_ends_the_episode(
     for i in range(2):
         assert infos[i]["terminal_observation"].shape == first_obs.shape[1:]
         assert not np.array_equal(infos[i]["terminal_observation"], obs[i])  # obs is the new episode's
+
+
+def test_make_vec_env_builds_from_the_single_adapter_and_seeds_it_like_ours() -> None:
+    # make_vec_env wraps each copy in SB3's Monitor and seeds copy i with seed + i at the first
+    # reset, as to_sb3_vec_env does.
+    vec_env = make_vec_env(E.to_gymnasium_env, n_envs=2, seed=3, env_kwargs={"env_id_or_env": "CartPole-v1"})
+    np.testing.assert_array_equal(vec_env.reset(), E.to_sb3_vec_env("CartPole-v1", 2, seed=3).reset())
 
 
 @pytest.mark.slow
