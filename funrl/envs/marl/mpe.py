@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from funrl import random
-from funrl.envs.core import Box, Discrete, EnvParams, Space
+from funrl.envs.core import Box, Discrete, EnvParams, Space, reset_uniform
 from funrl.envs.marl.core import MultiAgentEnv, Teams, check_actions
 from funrl.envs.marl.physics import Bodies, world_step
 
@@ -39,6 +39,7 @@ __all__ = [
     "MPEParams",
     "MPEState",
     "MPEEnvironment",
+    "choose_landmark",
     "distance",
     "of_others",
     "others_index",
@@ -89,6 +90,12 @@ class Entity:
 def distance(delta: torch.Tensor) -> torch.Tensor:
     """Euclidean norm over the last axis, computed as mpe2 computes it."""
     return delta.square().sum(-1).sqrt()
+
+
+def choose_landmark(unit: torch.Tensor, num_landmarks: int) -> torch.Tensor:
+    """Landmark indices uniform in ``[0, num_landmarks)`` from values uniform in ``[0, 1)`` (23
+    random bits each: the bias is below ``num_landmarks / 2**23``)."""
+    return (unit * num_landmarks).long().clamp(max=num_landmarks - 1)
 
 
 def others_index(num: int, device: torch.device) -> torch.Tensor:
@@ -199,9 +206,10 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
     def rewards(self, state: MPEState, params: MPEParams) -> Teams:
         raise NotImplementedError
 
-    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
-        """``[A]`` int64 goal landmark per agent; scenarios without goals keep zeros."""
-        return torch.zeros(self.num_agents, dtype=torch.int64, device=key.device)
+    def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
+        """``[A]`` int64 goal landmark per agent, drawn from ``unit`` (``[A]`` values uniform in
+        ``[0, 1)``, see :func:`choose_landmark`); scenarios without goals keep zeros."""
+        return torch.zeros(unit.shape, dtype=torch.int64, device=unit.device)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -238,16 +246,20 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
     # -- reset and step ----------------------------------------------------------------------
 
     def reset_env(self, key: torch.Tensor, params: MPEParams) -> tuple[Teams, MPEState]:
-        k_agents, k_landmarks, k_goal = random.split(key, 3)
-        agent_pos = random.uniform(k_agents, (self.num_agents, 2), minval=-1.0, maxval=1.0)
-        r = self.landmark_range
-        landmark_pos = random.uniform(k_landmarks, (self.num_landmarks, 2), minval=-r, maxval=r)
-        pos = torch.cat([agent_pos, landmark_pos])
+        """Agents uniform in ``[-1, 1]^2``, landmarks in ``[-landmark_range, landmark_range]^2``, at
+        rest and silent; every value comes from one draw (a reset is computed on every step of a
+        compiled batch, so it costs one Threefry call, not one per quantity)."""
+        num_entities = len(self.entities)
+        unit = reset_uniform(key, 2 * num_entities + self.num_agents, 0.0, 1.0)
+        half_width = torch.tensor(
+            [1.0] * self.num_agents + [self.landmark_range] * self.num_landmarks, device=key.device
+        )
+        pos = (unit[: 2 * num_entities].reshape(num_entities, 2) * 2 - 1) * half_width.unsqueeze(-1)
         state = MPEState(
             pos=pos,
             vel=torch.zeros_like(pos),
             comm=torch.zeros(self.num_agents, self.dim_c, device=key.device),
-            goal=self.reset_goal(k_goal),
+            goal=self.reset_goal(unit[2 * num_entities :]),
             time=torch.zeros((), dtype=torch.int32, device=key.device),
         )
         return self.observations(state, params), state

@@ -20,9 +20,17 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, distance, of_others, relative
+from funrl.envs.marl.mpe import (
+    Entity,
+    MPEEnvironment,
+    MPEParams,
+    MPEState,
+    choose_landmark,
+    distance,
+    of_others,
+    relative,
+)
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimpleAdversary", "make_simple_adversary"]
@@ -46,8 +54,8 @@ class SimpleAdversary(MPEEnvironment):
     def default_params(self) -> MPEParams:
         return MPEParams()
 
-    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
-        return random.randint(key, (), 0, self.num_landmarks).expand(self.num_agents)
+    def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
+        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def goal_pos(self, state: MPEState) -> torch.Tensor:
         return state.pos[self.num_agents + state.goal[0]]

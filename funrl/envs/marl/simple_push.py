@@ -20,9 +20,16 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, distance, relative
+from funrl.envs.marl.mpe import (
+    Entity,
+    MPEEnvironment,
+    MPEParams,
+    MPEState,
+    choose_landmark,
+    distance,
+    relative,
+)
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimplePush", "make_simple_push"]
@@ -45,8 +52,8 @@ class SimplePush(MPEEnvironment):
     def default_params(self) -> MPEParams:
         return MPEParams()
 
-    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
-        return random.randint(key, (), 0, self.num_landmarks).expand(self.num_agents)
+    def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
+        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         pos, vel = state.pos[:2], state.vel[:2]

@@ -21,9 +21,17 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, distance, of_others, relative
+from funrl.envs.marl.mpe import (
+    Entity,
+    MPEEnvironment,
+    MPEParams,
+    MPEState,
+    choose_landmark,
+    distance,
+    of_others,
+    relative,
+)
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimpleReference", "SimpleReferenceParams", "make_simple_reference"]
@@ -57,8 +65,8 @@ class SimpleReference(MPEEnvironment):
     def default_params(self) -> SimpleReferenceParams:
         return SimpleReferenceParams()
 
-    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
-        return random.randint(key, (self.num_agents,), 0, self.num_landmarks)
+    def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
+        return choose_landmark(unit, self.num_landmarks)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         pos, vel = state.pos[:2], state.vel[:2]

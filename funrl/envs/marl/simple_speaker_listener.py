@@ -20,9 +20,8 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, relative
+from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, choose_landmark, relative
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimpleSpeakerListener", "make_simple_speaker_listener"]
@@ -48,8 +47,8 @@ class SimpleSpeakerListener(MPEEnvironment):
     def default_params(self) -> MPEParams:
         return MPEParams()
 
-    def reset_goal(self, key: torch.Tensor) -> torch.Tensor:
-        return random.randint(key, (), 0, self.num_landmarks).expand(self.num_agents)
+    def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
+        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         goal_colour = torch.tensor(LANDMARK_COLOURS, device=state.pos.device)[state.goal[0]]

@@ -215,3 +215,22 @@ def test_registry_and_make_options() -> None:
         marl.make("simple_spread", speed=1.0)
     with pytest.raises(ValueError, match="local_ratio: expected a value in"):
         marl.make("simple_spread", local_ratio=1.5)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_reset_draws_mpe2s_ranges_and_uniform_goals(env_id: str) -> None:
+    env, params = marl.make(env_id)
+    _, states = marl.vmap(env, 3000).reset(random.key(0), params)
+    a = env.num_agents
+    agents, landmarks = states.pos[:, :a], states.pos[:, a:]
+    r = env.landmark_range
+    assert agents.abs().max() < 1 and agents.abs().max() > 0.99 and agents.mean().abs() < 0.05
+    if env.num_landmarks:
+        assert landmarks.abs().max() < r and landmarks.abs().max() > 0.99 * r
+    assert bool((states.vel == 0).all() and (states.comm == 0).all() and (states.time == 0).all())
+    if env_id in ("simple_spread", "simple_tag"):
+        return
+    counts = torch.bincount(states.goal.flatten(), minlength=env.num_landmarks).float()
+    expected = states.goal.numel() / env.num_landmarks
+    assert counts.numel() == env.num_landmarks
+    assert bool(((counts - expected).abs() < 5 * expected**0.5).all()), counts
