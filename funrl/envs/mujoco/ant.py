@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import mujoco
 import torch
 
 from funrl import random
@@ -56,14 +55,16 @@ class Ant(MujocoEnv[AntParams]):
 
     def observation_size(self, params: AntParams) -> int:
         size = self.nq + self.nv - 2 * int(params.exclude_current_positions_from_observation)
-        return size + (self.model.nbody - 1) * 6 * int(params.include_cfrc_ext_in_observation)
+        return size + (self.nbody - 1) * 6 * int(params.include_cfrc_ext_in_observation)
 
     def main_body_position(self, state: MujocoState, params: AntParams) -> torch.Tensor:
         body = params.main_body
         if isinstance(body, str):
-            body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, body)
-            if body < 0:
-                raise ValueError(f"main_body: no body named {params.main_body!r} in {self.xml_file}")
+            if body not in self.body_ids:
+                raise ValueError(
+                    f"main_body: no body named {body!r} in {self.xml_file}; bodies: {list(self.body_ids)}"
+                )
+            body = self.body_ids[body]
         return self.field(state, "xpos")[body, :2]
 
     def contact_forces(self, state: MujocoState, params: AntParams) -> torch.Tensor:

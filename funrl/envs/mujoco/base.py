@@ -60,14 +60,21 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         self.model_id = physics.model_id(self.xml_file, self.derived_fields)
         entry = physics.get_model(self.model_id)
         self.model = entry.model
-        self.nq, self.nv, self.nu = self.model.nq, self.model.nv, self.model.nu
+        self.nq, self.nv, self.nu, self.nbody = self.model.nq, self.model.nv, self.model.nu, self.model.nbody
         self._field_slices: dict[str, tuple[int, int, tuple[int, ...]]] = {}
         offset = 0
         for name, shape in zip(entry.fields, entry.field_shapes, strict=True):
             size = math.prod(shape)
             self._field_slices[name] = (offset, offset + size, shape)
             offset += size
-        self._derived_size = offset
+        # Plain Python copies of the model's constants: torch.compile traces through these methods,
+        # and numpy arrays and mujoco calls there would break the graph.
+        self.qpos0 = tuple(self.model.qpos0.tolist())
+        self.timestep = float(self.model.opt.timestep)
+        self.ctrl_low = tuple(self.model.actuator_ctrlrange[:, 0].tolist())
+        self.ctrl_high = tuple(self.model.actuator_ctrlrange[:, 1].tolist())
+        self.body_mass = tuple(self.model.body_mass.tolist())
+        self.body_ids = {self.model.body(i).name: i for i in range(self.model.nbody)}
 
     @property
     def name(self) -> str:
@@ -77,7 +84,7 @@ class MujocoEnv(Environment[MujocoState, TParams]):
 
     def init_qpos(self, device: torch.device | str | None = None) -> torch.Tensor:
         """gymnasium's ``init_qpos``: the model's ``qpos0``, float64."""
-        return torch.tensor(self.model.qpos0, dtype=torch.float64, device=device)
+        return torch.tensor(self.qpos0, dtype=torch.float64, device=device)
 
     def init_qvel(self, device: torch.device | str | None = None) -> torch.Tensor:
         """gymnasium's ``init_qvel``: zeros, float64."""
@@ -85,7 +92,7 @@ class MujocoEnv(Environment[MujocoState, TParams]):
 
     def dt(self, params: TParams) -> float:
         """Seconds per env step: ``timestep * frame_skip``, gymnasium's ``dt``."""
-        return float(self.model.opt.timestep) * params.frame_skip
+        return self.timestep * params.frame_skip
 
     # -- reading the state ---------------------------------------------------------------------
 
@@ -169,8 +176,7 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         return Box(-math.inf, math.inf, (self.observation_size(p),), torch.float32)
 
     def action_space(self, params: TParams | None = None) -> Box:
-        low, high = self.model.actuator_ctrlrange.T.tolist()
-        return Box(tuple(low), tuple(high), (self.nu,), torch.float32)
+        return Box(self.ctrl_low, self.ctrl_high, (self.nu,), torch.float32)
 
     @staticmethod
     def to_agent(obs: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,7 @@ class Hopper(MujocoEnv[HopperParams]):
         terminated = ~healthy & params.terminate_when_unhealthy
         info = {
             "x_position": x_after,
-            "z_distance_from_origin": self.qpos(next_state)[1] - float(self.model.qpos0[1]),
+            "z_distance_from_origin": self.qpos(next_state)[1] - self.qpos0[1],
             "x_velocity": x_velocity,
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,

@@ -58,7 +58,7 @@ class Humanoid(MujocoEnv[HumanoidParams]):
         return HumanoidParams()
 
     def observation_size(self, params: HumanoidParams) -> int:
-        p, bodies = params, self.model.nbody - 1
+        p, bodies = params, self.nbody - 1
         size = self.nq + self.nv - 2 * int(p.exclude_current_positions_from_observation)
         size += bodies * 10 * int(p.include_cinert_in_observation)
         size += bodies * 6 * int(p.include_cvel_in_observation)
@@ -67,7 +67,7 @@ class Humanoid(MujocoEnv[HumanoidParams]):
 
     def mass_center(self, state: MujocoState) -> torch.Tensor:
         """gymnasium's ``mass_center``: the mass-weighted mean of ``xipos``, x and y."""
-        mass = torch.tensor(self.model.body_mass, dtype=torch.float64, device=state.physics.device)
+        mass = torch.tensor(self.body_mass, dtype=torch.float64, device=state.physics.device)
         return (torch.einsum("b,bj->j", mass, self.field(state, "xipos")) / mass.sum())[0:2]
 
     def get_obs(self, state: MujocoState, params: HumanoidParams) -> torch.Tensor:

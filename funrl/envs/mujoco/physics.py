@@ -262,11 +262,22 @@ def _mujoco_forward_fake(model_id, states):
     )
 
 
+NO_GRADIENT = (
+    "funrl.envs.mujoco: the MuJoCo physics ops have no gradient (MuJoCo's C code is not "
+    "differentiable through torch); detach the actions or states before differentiating"
+)
+
+
 def _no_gradient(ctx, *grads):
-    raise RuntimeError(
-        "funrl.envs.mujoco: the MuJoCo physics ops have no gradient (MuJoCo's C code is not "
-        "differentiable through torch); detach the actions or states before differentiating"
-    )
+    raise RuntimeError(NO_GRADIENT)
+
+
+def _refuse_gradients(**tensors: torch.Tensor) -> None:
+    """A clear error where a gradient is asked for (``requires_grad``, ``torch.func.grad``): the op's
+    autograd formula would raise only at backward, and torch's own error under ``torch.func``."""
+    for name, tensor in tensors.items():
+        if tensor.requires_grad:
+            raise RuntimeError(f"{name}: requires a gradient, but {NO_GRADIENT}")
 
 
 def _save_nothing(ctx, inputs, output) -> None:
@@ -313,9 +324,11 @@ def step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``frame_skip`` physics steps of each of N environments: ``(next_states, next_warmstarts,
     derived)``, float64, shapes ``[N, S]``, ``[N, nv]``, ``[N, D]`` (see the module docstring)."""
+    _refuse_gradients(states=states, warmstarts=warmstarts, controls=controls)
     return torch.ops.funrl.mujoco_step(model_id, states, warmstarts, controls, frame_skip)
 
 
 def forward(model_id: int, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gymnasium's reset of N environments to ``states``: ``(derived[N, D], warmstarts[N, nv])``."""
+    _refuse_gradients(states=states)
     return torch.ops.funrl.mujoco_forward(model_id, states)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import mujoco
 import torch
 
 from funrl import random
@@ -46,10 +45,9 @@ class Pusher(MujocoEnv[PusherParams]):
 
     def __init__(self) -> None:
         super().__init__()
-        body = mujoco.mjtObj.mjOBJ_BODY
-        self.tips_arm = mujoco.mj_name2id(self.model, body, "tips_arm")
-        self.object = mujoco.mj_name2id(self.model, body, "object")
-        self.goal = mujoco.mj_name2id(self.model, body, "goal")
+        self.tips_arm = self.body_ids["tips_arm"]
+        self.object = self.body_ids["object"]
+        self.goal = self.body_ids["goal"]
 
     @property
     def default_params(self) -> PusherParams:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import mujoco
 import torch
 
 from funrl import random
@@ -59,8 +58,8 @@ class Reacher(MujocoEnv[ReacherParams]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.fingertip = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "fingertip")
-        self.target = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "target")
+        self.fingertip = self.body_ids["fingertip"]
+        self.target = self.body_ids["target"]
 
     @property
     def default_params(self) -> ReacherParams:
