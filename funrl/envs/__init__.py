@@ -13,6 +13,7 @@ from funrl.envs import acrobot, continuous_mountain_car, mountain_car, pendulum 
 from funrl.envs import bsuite  # noqa: E402,F401  isort: skip
 from funrl.envs import minatar  # noqa: E402,F401  isort: skip
 from funrl.envs import mujoco  # noqa: E402,F401  isort: skip
+from funrl.envs.render import render, write_video  # noqa: E402  isort: skip
 from funrl.envs.gymnasium_bridge import from_gymnasium, to_gymnasium, to_gymnasium_env  # noqa: E402  isort: skip
 from funrl.envs.batched import BatchedEnv, vmap  # noqa: E402  isort: skip
 from funrl.envs.rollout import RolloutState, Trajectory, rollout  # noqa: E402  isort: skip
@@ -38,6 +39,8 @@ __all__ = [
     "make",
     "register",
     "registry",
+    "render",
+    "write_video",
 ]
 
 
