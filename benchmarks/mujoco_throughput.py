@@ -25,8 +25,8 @@ calls it through the module attribute, compiled or not), and the share is
 ``mj_rnePostConstraint``, rewards, observations, auto-reset and random actions: everything that is
 not the physics itself.
 
-    python benchmarks/mujoco.py --device cpu            # the full table (takes a while)
-    python benchmarks/mujoco.py --device cpu --quick    # fewer N and steps, compiled at N=64 only
+    python benchmarks/mujoco_throughput.py --device cpu            # the full table (takes a while)
+    python benchmarks/mujoco_throughput.py --device cpu --quick    # fewer N and steps, compiled at N=64 only
 """
 
 from __future__ import annotations
@@ -35,23 +35,17 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-# Run as a script, this file's folder comes first on the path and its name would shadow the
-# mujoco package: drop the folder before importing it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+import mujoco
+import numpy as np
+import torch
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import funrl.envs as E  # noqa: E402
-from funrl import control, random  # noqa: E402
-from funrl.envs import mujoco as funrl_mujoco  # noqa: E402
+import funrl.envs as E
+from funrl import control, random
+from funrl.envs import mujoco as funrl_mujoco
 
 ENVS = ("HalfCheetah-v5", "Hopper-v5", "Ant-v5", "Humanoid-v5")
 
