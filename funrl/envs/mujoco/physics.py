@@ -48,6 +48,7 @@ import torch
 
 __all__ = [
     "MujocoModel",
+    "Workspace",
     "model_id",
     "get_model",
     "asset_path",
@@ -70,15 +71,33 @@ def asset_path(xml_file: str) -> str:
     return path
 
 
+class Workspace:
+    """One thread's ``MjData`` and numpy views of the arrays the ops copy in and out (views stay
+    valid for the data's lifetime; making them once saves a binding call per array per env)."""
+
+    def __init__(self, model: mujoco.MjModel, fields: tuple[str, ...]) -> None:
+        self.data = mujoco.MjData(model)
+        self.warmstart = self.data.qacc_warmstart
+        self.ctrl = self.data.ctrl
+        self.fields = tuple(getattr(self.data, name).reshape(-1) for name in fields)
+
+    def gather(self, out: np.ndarray) -> None:
+        """The derived fields, flattened and concatenated into ``out``."""
+        offset = 0
+        for values in self.fields:
+            out[offset : offset + values.size] = values
+            offset += values.size
+
+
 @dataclasses.dataclass
 class MujocoModel:
-    """One compiled model, its derived-field layout and one ``MjData`` per worker thread."""
+    """One compiled model, its derived-field layout and one workspace per worker thread."""
 
     xml_file: str
     fields: tuple[str, ...]
     model: mujoco.MjModel
     field_shapes: tuple[tuple[int, ...], ...]
-    datas: list[mujoco.MjData]
+    workspaces: list[Workspace]
     lock: threading.Lock
 
     @property
@@ -89,10 +108,10 @@ class MujocoModel:
     def derived_size(self) -> int:
         return sum(int(np.prod(s)) for s in self.field_shapes)
 
-    def data_for(self, num_threads: int) -> list[mujoco.MjData]:
-        while len(self.datas) < num_threads:
-            self.datas.append(mujoco.MjData(self.model))
-        return self.datas[:num_threads]
+    def workspaces_for(self, num_threads: int) -> list[Workspace]:
+        while len(self.workspaces) < num_threads:
+            self.workspaces.append(Workspace(self.model, self.fields))
+        return self.workspaces[:num_threads]
 
 
 _MODELS: list[MujocoModel] = []
@@ -121,7 +140,7 @@ def model_id(xml_file: str, fields: tuple[str, ...] = ()) -> int:
             if not isinstance(getattr(data, name, None), np.ndarray):
                 raise ValueError(f"fields: {name!r} is not an array field of mujoco.MjData")
         shapes = tuple(tuple(getattr(data, name).shape) for name in fields)
-        _MODELS.append(MujocoModel(xml_file, fields, model, shapes, [data], threading.Lock()))
+        _MODELS.append(MujocoModel(xml_file, fields, model, shapes, [], threading.Lock()))
         _IDS[(xml_file, fields)] = len(_MODELS) - 1
         return len(_MODELS) - 1
 
@@ -163,28 +182,20 @@ def _executor(num_threads: int) -> ThreadPoolExecutor:
 
 
 def _run_chunks(entry: MujocoModel, num_envs: int, work) -> None:
-    """``work(data, lo, hi)`` over contiguous chunks of the batch, one ``MjData`` per chunk."""
+    """``work(workspace, lo, hi)`` over contiguous chunks of the batch, one workspace per chunk."""
     num_threads = max(1, min(_num_threads, num_envs))
     with entry.lock:
-        datas = entry.data_for(num_threads)
+        workspaces = entry.workspaces_for(num_threads)
         if num_threads == 1:
-            work(datas[0], 0, num_envs)
+            work(workspaces[0], 0, num_envs)
             return
         bounds = np.linspace(0, num_envs, num_threads + 1).astype(int)
         futures = [
-            _executor(num_threads).submit(work, datas[k], int(bounds[k]), int(bounds[k + 1]))
+            _executor(num_threads).submit(work, workspaces[k], int(bounds[k]), int(bounds[k + 1]))
             for k in range(num_threads)
         ]
         for future in futures:
             future.result()
-
-
-def _gather(entry: MujocoModel, data: mujoco.MjData, out: np.ndarray) -> None:
-    offset = 0
-    for name in entry.fields:
-        values = getattr(data, name)
-        out[offset : offset + values.size] = values.reshape(-1)
-        offset += values.size
 
 
 def _as_numpy(x: torch.Tensor) -> np.ndarray:
@@ -204,17 +215,18 @@ def _mujoco_step(
     derived = np.empty((num_envs, entry.derived_size))
     post_constraint = "cfrc_ext" in entry.fields
 
-    def work(data: mujoco.MjData, lo: int, hi: int) -> None:
+    def work(ws: Workspace, lo: int, hi: int) -> None:
+        data = ws.data
         for i in range(lo, hi):
             mujoco.mj_setState(model, data, states_np[i], FULLPHYSICS)
-            data.qacc_warmstart[:] = warm_np[i]
-            data.ctrl[:] = controls_np[i]
+            ws.warmstart[:] = warm_np[i]
+            ws.ctrl[:] = controls_np[i]
             mujoco.mj_step(model, data, frame_skip)
             if post_constraint:
                 mujoco.mj_rnePostConstraint(model, data)
             mujoco.mj_getState(model, data, next_states[i], FULLPHYSICS)
-            next_warm[i] = data.qacc_warmstart
-            _gather(entry, data, derived[i])
+            next_warm[i] = ws.warmstart
+            ws.gather(derived[i])
 
     _run_chunks(entry, num_envs, work)
     device = states.device
@@ -234,13 +246,14 @@ def _mujoco_forward(model_id: int, states: torch.Tensor) -> tuple[torch.Tensor, 
     derived = np.empty((num_envs, entry.derived_size))
     warm = np.empty((num_envs, model.nv))
 
-    def work(data: mujoco.MjData, lo: int, hi: int) -> None:
+    def work(ws: Workspace, lo: int, hi: int) -> None:
+        data = ws.data
         for i in range(lo, hi):
             mujoco.mj_resetData(model, data)
             mujoco.mj_setState(model, data, states_np[i], FULLPHYSICS)
             mujoco.mj_forward(model, data)
-            warm[i] = data.qacc_warmstart
-            _gather(entry, data, derived[i])
+            warm[i] = ws.warmstart
+            ws.gather(derived[i])
 
     _run_chunks(entry, num_envs, work)
     device = states.device
