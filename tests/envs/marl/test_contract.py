@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mpe_reference import make_reference, random_actions
 
 import funrl.envs
@@ -234,3 +236,14 @@ def test_reset_draws_mpe2s_ranges_and_uniform_goals(env_id: str) -> None:
     expected = states.goal.numel() / env.num_landmarks
     assert counts.numel() == env.num_landmarks
     assert bool(((counts - expected).abs() < 5 * expected**0.5).all()), counts
+
+
+@settings(max_examples=6)
+@given(env_id=st.sampled_from(SCENARIOS), seed=st.integers(0, 2**31 - 1), continuous=st.booleans())
+def test_vmap_of_step_over_keys_equals_a_loop(env_id: str, seed: int, continuous: bool) -> None:
+    """Property: for any seed, torch.func.vmap of step over keys, states and actions equals a loop."""
+    env, params = marl.make(env_id, continuous_actions=continuous)
+    keys = random.split(random.key(seed), 3)
+    _, states = torch.func.vmap(env.reset, in_dims=(0, None))(keys, params)
+    actions = random_actions(env, random.fold_in(random.key(seed), 1), (3,))
+    assert_vmap_equals_loop(env.step, (0, 0, 0, None), keys, states, actions, params)
