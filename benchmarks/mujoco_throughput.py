@@ -81,6 +81,10 @@ def envpool_version() -> str:
     return f"envpool {envpool.__version__} (its own MuJoCo build, statically linked)"
 
 
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:160]
+
+
 class MjStepTimer:
     """Wraps ``mujoco.mj_step`` while active and sums the seconds spent inside it."""
 
@@ -261,9 +265,19 @@ def main() -> None:
                 if mode in ("eager", "compiled"):
                     if mode == "compiled" and args.compiled_num_envs and n not in args.compiled_num_envs:
                         continue
-                    rates, first, outside = time_funrl(
-                        env_id, n, mode == "compiled", args.threads, args, device
-                    )
+                    try:
+                        rates, first, outside = time_funrl(
+                            env_id, n, mode == "compiled", args.threads, args, device
+                        )
+                    except Exception as err:  # one failing row is reported, the table goes on
+                        row(
+                            env_id,
+                            n,
+                            f"funrl {mode}",
+                            "-",
+                            f"failed: {type(err).__name__}: {first_line(err)}",
+                        )
+                        continue
                     for num_threads, rate in rates.items():
                         row(env_id, n, f"funrl {mode}", num_threads, rate, f"{first:.1f}", f"{outside:.0%}")
                 elif mode in ("sync", "async"):
