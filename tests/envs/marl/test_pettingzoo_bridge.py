@@ -4,7 +4,10 @@ episodes from a seed; from_pettingzoo on mpe2's envs gives funrl's contract and 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,3 +125,13 @@ def test_from_pettingzoo_refuses_stale_states_and_transforms() -> None:
         torch.func.vmap(bridged.reset)(random.split(random.key(0), 2))
     with pytest.raises(TypeError, match="parallel_env: expected a PettingZoo ParallelEnv"):
         marl.from_pettingzoo(object())
+
+
+def test_pettingzoo_is_imported_on_first_use_only() -> None:
+    """PettingZoo is optional: importing funrl.envs.marl and making an env must not import it."""
+    code = (
+        "import sys, funrl.envs.marl as m; m.make('simple_spread'); "
+        "assert 'pettingzoo' not in sys.modules, 'imported with funrl'; m.to_pettingzoo; "
+        "assert 'pettingzoo' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
