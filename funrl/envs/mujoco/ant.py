@@ -65,6 +65,8 @@ class Ant(MujocoEnv[AntParams]):
                     f"main_body: no body named {body!r} in {self.xml_file}; bodies: {list(self.body_ids)}"
                 )
             body = self.body_ids[body]
+        elif not 0 <= body < self.nbody:
+            raise ValueError(f"main_body: expected a body id in [0, {self.nbody}) or a body name, got {body}")
         return self.field(state, "xpos")[body, :2]
 
     def contact_forces(self, state: MujocoState, params: AntParams) -> torch.Tensor:

@@ -64,6 +64,10 @@ def test_options_are_params_fields_and_unknown_ones_are_refused() -> None:
     _, state = env.reset(random.key(0), params)
     with pytest.raises(ValueError, match="main_body: no body named .no_such_body. in ant.xml; bodies:"):
         env.step(random.key(1), state, torch.zeros(8), params)
+    with pytest.raises(
+        ValueError, match=r"main_body: expected a body id in \[0, 14\) or a body name, got 14"
+    ):
+        env.step(random.key(1), state, torch.zeros(8), E.make("Ant-v5", main_body=14)[1])
 
 
 def test_truncation_at_the_time_limit() -> None:
