@@ -1,0 +1,282 @@
+"""IPPO and MAPPO: agents as a vmap axis, seeds under vmap equal single runs, compiled equals
+eager, the CLI from a fresh process, clear errors, and learning on simple_spread."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import torch
+
+from funrl import envs, nets, random, tree
+from funrl.agents import common, mappo, run
+from funrl.envs.marl import MultiAgentEnv
+from funrl.testing import assert_trees_close
+
+TINY = mappo.MAPPOConfig(
+    env_id="mpe:simple_spread",
+    total_steps=2 * 8 * 6,
+    num_envs=2,
+    num_steps=8,
+    update_epochs=2,
+    num_minibatches=2,
+    hidden_sizes=(16, 16),
+)
+
+
+@pytest.fixture(scope="module")
+def agent() -> common.Agent:
+    return mappo.make_train(TINY)
+
+
+# -- configuration and environment errors --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"total_steps": 10}, r"total_steps: expected at least num_envs \* num_steps = 2048, got 10"),
+        ({"gamma": 1.5}, r"gamma: expected a value in \[0, 1\], got 1.5"),
+        ({"num_envs": 0}, r"num_envs: expected a positive int, got 0"),
+        ({"share_params": "yes"}, r"share_params: expected a bool, got 'yes'"),
+        ({"learning_rate": 0.0}, r"learning_rate: expected a value > 0, got 0.0"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        mappo.MAPPOConfig(**kwargs)
+
+
+def test_a_single_agent_env_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"env_id: IPPO/MAPPO train multi-agent envs, .*got 'CartPole-v1'"):
+        mappo.make_train(dataclasses.replace(TINY, env_id="CartPole-v1"))
+    single, _ = envs.make("CartPole-v1")
+    with pytest.raises(TypeError, match=r"env: expected a multi-agent env .*got CartPole"):
+        mappo.make_train(TINY, env=single)
+
+
+def test_several_teams_or_continuous_actions_are_clear_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"env_id: expected an env with one team .*teams \['adversary', 'agent'\]"
+    ):
+        mappo.make_train(dataclasses.replace(TINY, env_id="mpe:simple_tag"))
+    continuous = dataclasses.replace(TINY, env_kwargs=(("continuous_actions", True),))
+    with pytest.raises(ValueError, match=r"env_id: mappo takes discrete actions, got Box"):
+        mappo.make_train(continuous)
+
+
+def test_unknown_hyperparameter_is_a_clear_error(agent: common.Agent) -> None:
+    with pytest.raises(ValueError, match=r"hparams: unknown \['lr'\]; sweepable: \['learning_rate'"):
+        agent.init(random.key(0), lr=1e-3)
+
+
+# -- agents as a vmap axis -------------------------------------------------------------------
+
+
+def test_shared_params_have_one_set_and_independent_params_one_per_agent() -> None:
+    shared = mappo.make_train(TINY).init(random.key(0))
+    independent = mappo.make_train(dataclasses.replace(TINY, share_params=False)).init(random.key(0))
+    obs_dim, state_dim, agents = 18, 54, 3
+    assert shared.params["actor"]["0.weight"].shape == (16, obs_dim)
+    assert shared.params["critic"]["0.weight"].shape == (16, state_dim + agents)  # global state, agent id
+    for name, leaf in shared.params["actor"].items():
+        assert independent.params["actor"][name].shape == (agents, *leaf.shape)
+    for name, leaf in shared.params["critic"].items():
+        assert independent.params["critic"][name].shape == (agents, *leaf.shape)
+    first, second = (tree.index(independent.params, i) for i in (0, 1))
+    assert not torch.equal(first["actor"]["0.weight"], second["actor"]["0.weight"])
+    ippo = mappo.make_train(dataclasses.replace(TINY, centralised_critic=False)).init(random.key(0))
+    assert ippo.params["critic"]["0.weight"].shape == (16, obs_dim)  # each agent's own observation
+
+
+@pytest.mark.parametrize("share_params", [True, False])
+def test_greedy_action_of_the_team_equals_a_loop_over_agents(share_params: bool) -> None:
+    agent = mappo.make_train(dataclasses.replace(TINY, share_params=share_params))
+    state = agent.init(random.key(1))
+    actor = nets.MLP(18, TINY.hidden_sizes, 5)
+    obs = state.obs  # [N, A, D]
+    logits = []
+    for i in range(3):
+        params = state.params["actor"] if share_params else tree.index(state.params["actor"], i)
+        logits.append(nets.apply(actor, params, obs[:, i]))
+    assert torch.equal(agent.greedy_action(state.params, obs), torch.stack(logits, 1).argmax(-1))
+
+
+def test_update_is_pure(agent: common.Agent) -> None:
+    state, run_key = common.init_state(agent, random.key(3))
+    before = tree.map(torch.clone, state)
+    key = random.fold_in(run_key, 0)
+    a, metrics_a = agent.update(state, key)
+    b, metrics_b = agent.update(state, key)
+    assert tree.tree_equal(state, before), "update mutated its input state"
+    assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
+    assert int(a.update_count) == 1 and a.obs.shape == (2, 3, 18)
+
+
+@pytest.mark.parametrize("share_params", [True, False])
+def test_vmapped_seeds_equal_single_runs(share_params: bool) -> None:
+    agent = mappo.make_train(dataclasses.replace(TINY, share_params=share_params))
+    keys = common.seed_keys(0, 2)
+    state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=3)
+    for i in range(2):
+        state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=3)
+        assert_trees_close(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
+        for name in ("loss", "episode_return", "value_loss"):
+            torch.testing.assert_close(
+                metrics_v[name][:, i], metrics_i[name], rtol=1e-4, atol=1e-5, equal_nan=True
+            )
+
+
+def test_learning_rate_sweep_equals_single_runs(agent: common.Agent) -> None:
+    keys = torch.stack([random.key(7)] * 2)
+    lrs = torch.tensor([1e-3, 1e-4])
+    state_v, metrics_v = common.train(
+        agent, keys, compile=False, num_updates=2, hparams={"learning_rate": lrs}
+    )
+    for i in range(2):
+        state_i, _ = common.train(
+            agent, keys[i], compile=False, num_updates=2, hparams={"learning_rate": float(lrs[i])}
+        )
+        assert_trees_close(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-6)
+    assert not tree.tree_allclose(tree.index(state_v.params, 0), tree.index(state_v.params, 1))
+
+
+# -- the team view: episode statistics and evaluation ------------------------------------------
+
+
+def test_team_episode_return_sums_every_agents_rewards_over_the_episode() -> None:
+    env, params = mappo.make_team_env("mpe:simple_spread", {})
+    obs, state = env.reset(random.key(0), params)
+    total = torch.zeros(())
+    for t in range(25):
+        action = random.randint(random.fold_in(random.key(1), t), (3,), 0, 5)
+        obs, state, reward, terminated, truncated, info = env.step(
+            random.fold_in(random.key(2), t), state, action, params
+        )
+        assert reward.shape == (3,) and obs.shape == (3, 18) and info["global_state"].shape == (54,)
+        total = total + reward.sum()
+        assert bool(info["returned_episode"]) == (t == 24)
+    torch.testing.assert_close(info["returned_episode_return"], total)
+    assert int(info["returned_episode_length"]) == 25 and float(state.episode_return) == 0.0
+
+
+def test_evaluate_runs_one_fresh_env_per_episode(agent: common.Agent) -> None:
+    state = agent.init(random.key(0))
+    returns = common.evaluate(agent, state.params, random.key(5), episodes=3)
+    assert returns.shape == (3,) and bool(torch.isfinite(returns).all())
+    assert bool((returns < 0).all())  # simple_spread's rewards are distances and collisions
+
+
+# -- compiled equals eager ------------------------------------------------------------------
+
+
+class LineState(NamedTuple):
+    pos: torch.Tensor  # [A]
+    target: torch.Tensor  # [A]
+    time: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class LineParams:
+    max_steps_in_episode: int = 4
+
+
+class Line(MultiAgentEnv):
+    """Two walkers on a line, each rewarded by its distance to its own target: a multi-agent env
+    small enough for a cheap compile of the agent's whole update."""
+
+    agents = ("walker_0", "walker_1")
+    default_params = LineParams()
+
+    def observation_spaces(self, params: Any = None) -> dict[str, envs.Space]:
+        return {"walker": envs.Box(-math.inf, math.inf, (2,))}
+
+    def action_spaces(self, params: Any = None) -> dict[str, envs.Space]:
+        return {"walker": envs.Discrete(3)}
+
+    def global_state_space(self, params: Any = None) -> envs.Box:
+        return envs.Box(-math.inf, math.inf, (4,))
+
+    def _obs(self, state: LineState) -> dict[str, torch.Tensor]:
+        return {"walker": torch.stack([state.pos, state.target], -1)}
+
+    def global_state(self, state: LineState, params: Any = None) -> torch.Tensor:
+        return self._obs(state)["walker"].flatten()
+
+    def reset_env(self, key: torch.Tensor, params: Any) -> tuple[dict[str, torch.Tensor], LineState]:
+        pos, target = random.uniform(key, (2, 2), minval=-1.0, maxval=1.0)
+        state = LineState(pos, target, torch.zeros((), dtype=torch.int64, device=key.device))
+        return self._obs(state), state
+
+    def step_env(self, key: torch.Tensor, state: LineState, actions: dict[str, torch.Tensor], params: Any):
+        pos = state.pos + 0.25 * (actions["walker"] - 1).to(torch.float32)
+        state = LineState(pos, state.target, state.time + 1)
+        reward = -(pos - state.target).abs()
+        truncated = (state.time >= params.max_steps_in_episode).expand(2)
+        return (
+            self._obs(state),
+            state,
+            {"walker": reward},
+            {"walker": torch.zeros_like(truncated)},
+            {"walker": truncated},
+            {},
+        )
+
+
+@pytest.mark.slow
+def test_compiled_update_equals_eager() -> None:
+    config = dataclasses.replace(
+        TINY, env_id="line", num_envs=2, num_steps=4, total_steps=16, share_params=False
+    )
+    agent = mappo.make_train(config, env=Line())
+    state, run_key = common.init_state(agent, random.key(0))
+    eager_step = common.make_step(agent, batched=False, compile=False)
+    compiled_step = common.make_step(agent, batched=False, compile=True)
+    eager, compiled = state, state
+    for _ in range(2):
+        eager, metrics_e = eager_step(eager, run_key)
+        compiled, metrics_c = compiled_step(compiled, run_key)
+    assert_trees_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    assert_trees_close(metrics_c, metrics_e, rtol=1e-4, atol=1e-5)
+
+
+# -- runs on disk and the CLI ---------------------------------------------------------------
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with (out / run.METRICS).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_run_resumes_exactly(tmp_path: Path) -> None:
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    common_args = dict(num_seeds=2, compile=False, progress=False, checkpoint_every=1, log_every=1)
+    run.train_run("mappo", TINY, whole, **common_args)
+    run.train_run("mappo", TINY, cut, stop_after=3, **common_args)
+    run.train_run("mappo", TINY, cut, resume=True, **common_args)
+    assert _rows(cut) == _rows(whole) and len(_rows(whole)) == 2 * TINY.num_updates
+
+
+@pytest.mark.slow
+def test_cli_trains_and_evaluates_mappo_from_a_fresh_process(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "funrl", "train", "mappo", "--env", "mpe:simple_spread"]
+    options = ["--total-steps", "256", "--num-envs", "1", "--seeds", "2", "--no-compile", "--no-progress"]
+    done = subprocess.run([*train, *options, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = _rows(out)
+    assert [(r["update"], r["seed"]) for r in rows] == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]
+    assert all(math.isfinite(float(r["episode_return"])) for r in rows)  # 128 steps end 5 episodes
+    assert json.loads((out / run.CONFIG).read_text())["algo"] == "mappo"
+    evaluate = [sys.executable, "-m", "funrl", "eval", str(out), "--episodes", "2", "--json"]
+    done = subprocess.run(evaluate, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["per_seed"]) == 2 and all(r < 0 for r in result["per_seed"])
