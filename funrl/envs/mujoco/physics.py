@@ -152,7 +152,9 @@ def get_model(model_id: int) -> MujocoModel:
     return _MODELS[model_id]
 
 
-_num_threads = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
+_num_threads = min(
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8
+)
 _pool: ThreadPoolExecutor | None = None
 _pool_threads = 0
 
@@ -285,6 +287,20 @@ def _no_gradient(ctx, *grads):
     raise RuntimeError(NO_GRADIENT)
 
 
+def _check_batch(model_id: int, **arrays: tuple[torch.Tensor, int]) -> None:
+    """Each ``name=(tensor, width)`` is a float64 ``[N, width]`` tensor with one shared N: shapes
+    and dtypes only, so the check is free under ``torch.compile``."""
+    get_model(model_id)
+    batch = None
+    for name, (tensor, width) in arrays.items():
+        if tensor.dtype != torch.float64:
+            raise TypeError(f"{name}: expected dtype torch.float64, got {tensor.dtype}")
+        if tensor.dim() != 2 or tensor.shape[1] != width or (batch is not None and tensor.shape[0] != batch):
+            expected = f"[{'N' if batch is None else batch}, {width}]"
+            raise ValueError(f"{name}: expected shape {expected}, got {list(tensor.shape)}")
+        batch = tensor.shape[0]
+
+
 def _refuse_gradients(**tensors: torch.Tensor) -> None:
     """A clear error where a gradient is asked for (``requires_grad``, ``torch.func.grad``): the op's
     autograd formula would raise only at backward, and torch's own error under ``torch.func``."""
@@ -337,11 +353,21 @@ def step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``frame_skip`` physics steps of each of N environments: ``(next_states, next_warmstarts,
     derived)``, float64, shapes ``[N, S]``, ``[N, nv]``, ``[N, D]`` (see the module docstring)."""
+    entry = get_model(model_id)
+    _check_batch(
+        model_id,
+        states=(states, entry.state_size),
+        warmstarts=(warmstarts, entry.model.nv),
+        controls=(controls, entry.model.nu),
+    )
+    if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
+        raise ValueError(f"frame_skip: expected a positive int, got {frame_skip!r}")
     _refuse_gradients(states=states, warmstarts=warmstarts, controls=controls)
     return torch.ops.funrl.mujoco_step(model_id, states, warmstarts, controls, frame_skip)
 
 
 def forward(model_id: int, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gymnasium's reset of N environments to ``states``: ``(derived[N, D], warmstarts[N, nv])``."""
+    _check_batch(model_id, states=(states, get_model(model_id).state_size))
     _refuse_gradients(states=states)
     return torch.ops.funrl.mujoco_forward(model_id, states)

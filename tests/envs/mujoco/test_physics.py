@@ -85,6 +85,15 @@ def test_step_op_checks_and_layout() -> None:
     assert torch.equal(nxt[:, 0], states.physics[:, 0] + 5 * env.model.opt.timestep)
     with pytest.raises(ValueError, match="model_id: expected an id"):
         physics.step(10_000, states.physics, states.warmstart, actions.double(), 5)
+    physics_, warm, controls = states.physics, states.warmstart, actions.double()
+    with pytest.raises(TypeError, match="controls: expected dtype torch.float64, got torch.float32"):
+        physics.step(env.model_id, physics_, warm, actions, 5)
+    with pytest.raises(ValueError, match=r"controls: expected shape \[2, 17\], got \[1, 17\]"):
+        physics.step(env.model_id, physics_, warm, controls[:1], 5)
+    with pytest.raises(ValueError, match=r"states: expected shape \[N, 48\], got \[48\]"):
+        physics.forward(env.model_id, physics_[0])
+    with pytest.raises(ValueError, match="frame_skip: expected a positive int, got 0"):
+        physics.step(env.model_id, physics_, warm, controls, 0)
     with pytest.raises(ValueError, match="fields: 'no_field' is not an array field"):
         physics.model_id("ant.xml", ("no_field",))
     with pytest.raises(FileNotFoundError, match="xml_file: gymnasium ships no asset 'nope.xml'"):
