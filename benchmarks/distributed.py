@@ -117,7 +117,9 @@ def dataclass_replace(config: Any, **changes: Any) -> Any:
 
 def launch(procs: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
-    command += [str(Path(__file__).resolve()), "--worker", "--mode", mode, "--device", args.device]
+    # -P: the benchmarks folder stays off sys.path, where its files would shadow packages.
+    command += ["--no-python", sys.executable, "-P", str(Path(__file__).resolve())]
+    command += ["--worker", "--mode", mode, "--device", args.device]
     command += [
         "--seeds",
         str(args.seeds),

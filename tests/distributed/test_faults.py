@@ -15,7 +15,7 @@ import pytest
 import torch
 from launch import environment
 
-from funrl import tree
+from funrl import distributed, tree
 from funrl.__main__ import main
 from funrl.agents import run
 
@@ -84,3 +84,25 @@ def test_killing_a_rank_stops_the_job_and_the_checkpoint_resumes_exactly(tmp_pat
     assert main(["train", "--resume", "--out", str(out), "--no-compile", "--no-progress"]) == 0
     assert (out / run.METRICS).read_text() == (full / run.METRICS).read_text()
     assert tree.tree_equal(run.load_run(out)[1], run.load_run(full)[1])
+
+
+def test_sigterm_from_the_launcher_is_an_exception_only_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with distributed.stop_on_sigterm():
+        assert signal.getsignal(signal.SIGTERM) is before  # no launcher: handlers left alone
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(
+        distributed.RankStopped, match="rank 0 of 1: stopped by the launcher, which saw another"
+    ):
+        with distributed.stop_on_sigterm():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_lost_connection_is_one_line_naming_the_rank() -> None:
+    error = torch.distributed.DistBackendError("Connection closed by peer [127.0.0.1]:1234\nmore detail")
+    message = distributed.lost_rank_message(error)
+    assert message.startswith("rank 0 of 1: lost contact with another rank")
+    assert message.endswith("last good state: Connection closed by peer [127.0.0.1]:1234")
