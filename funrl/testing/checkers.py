@@ -14,6 +14,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import optree
 import torch
 
@@ -57,6 +58,8 @@ def _clone_tensors(tree: Tree) -> Tree:
 
 def _describe_leaf_difference(path: str, actual: Any, expected: Any, rtol: float, atol: float) -> str | None:
     """What differs between two leaves (``None`` when they are close)."""
+    # numpy arrays (what gymnasium-side code returns) compare as tensors of their dtype.
+    actual, expected = (torch.tensor(x) if isinstance(x, np.ndarray) else x for x in (actual, expected))
     if not isinstance(actual, torch.Tensor) or not isinstance(expected, torch.Tensor):
         if isinstance(actual, int | float) and isinstance(expected, int | float):
             if math.isclose(actual, expected, rel_tol=rtol, abs_tol=atol) or (
@@ -107,7 +110,8 @@ def assert_trees_close(
     """Assert two pytrees have one structure and leaves equal within ``atol + rtol * |expected|``.
 
     Tensor leaves must also agree in shape, dtype and device; NaNs compare equal; integer and bool
-    tensors compare exactly; other leaves compare with ``==`` (numbers within the tolerances).
+    tensors compare exactly; numpy arrays compare as tensors; other leaves compare with ``==``
+    (numbers within the tolerances).
 
     Raises:
         AssertionError: naming the first differing leaf (``name`` is the root of its path), its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,6 +74,18 @@ def test_trees_close_reports_shape_dtype_structure_and_value(actual, message):
 def test_trees_close_compares_integers_exactly():
     with pytest.raises(AssertionError, match=r"actual 3, expected 2"):
         assert_trees_close(torch.tensor([3]), torch.tensor([2]), atol=10.0)
+
+
+def test_trees_close_compares_numpy_arrays_as_tensors():
+    # As gymnasium-side code (funrl's adapters, SB3) returns them: close arrays pass, a differing
+    # element is named, and an array against a tensor compares by value, dtype and shape.
+    obs = np.array([[0.5, 1.0], [2.0, 3.0]], dtype=np.float32)
+    assert_trees_close((obs, np.array([True])), (obs + 1e-9, np.array([True])))
+    assert_trees_close(obs, torch.tensor(obs))
+    with pytest.raises(AssertionError, match=r"leaf obs \(shape \[2, 2\]\) at index \(1, 0\): actual 2.5"):
+        assert_trees_close(obs + np.array([[0, 0], [0.5, 0]], dtype=np.float32), obs, name="obs")
+    with pytest.raises(AssertionError, match=r"actual dtype torch.float64, expected torch.float32"):
+        assert_trees_close(obs.astype(np.float64), obs)
 
 
 # ------------------------------------------------------------------------------------ assert_pure
