@@ -131,9 +131,10 @@ class FunrlEnv(gym.Env):
     flags as Python bools. Actions are checked: a wrong shape, kind or out-of-range value raises
     a ``TypeError``/``ValueError`` naming ``action``.
 
-    Seeding: ``reset(seed=s)`` makes the key ``random.key(s)``, and each later ``reset`` and
-    ``step`` splits its key off that stream, so a seed fixes the whole run; a ``reset()`` without
-    a seed continues the stream (the constructor's ``seed`` starts it).
+    Seeding: the ``n``-th ``reset`` or ``step`` call since ``reset(seed=s)`` draws from the key
+    ``random.fold_in(random.key(s), n)`` (``n = 0, 1, ...``), so a seed fixes the whole run; a
+    ``reset()`` without a seed continues the count (the constructor's ``seed`` starts it).
+    Counter-based keys let the batched SB3 adapter derive any copy's next key in one call.
     """
 
     metadata = {"render_modes": []}
@@ -148,12 +149,14 @@ class FunrlEnv(gym.Env):
         self.action_space = space_to_gymnasium(env.action_space(params))
         self._obs_dtype = _TORCH_TO_NUMPY[env.observation_space(params).dtype]
         self._action_dtype = env.action_space(params).dtype
-        self._key = random.key(check_seed(seed)).to(self.device)
+        self._seed_key = random.key(check_seed(seed)).to(self.device)
+        self._calls = 0
         self._state: Any = None
 
     def _next_key(self) -> torch.Tensor:
-        self._key, sub = random.split(self._key)
-        return sub
+        key = random.fold_in(self._seed_key, self._calls)
+        self._calls += 1
+        return key
 
     def _obs_out(self, obs: torch.Tensor) -> np.ndarray:
         return obs.detach().cpu().numpy().astype(self._obs_dtype, copy=False)
@@ -164,7 +167,7 @@ class FunrlEnv(gym.Env):
         check_no_options(options)
         super().reset(seed=seed, options=options)
         if seed is not None:
-            self._key = random.key(int(seed)).to(self.device)
+            self._seed_key, self._calls = random.key(int(seed)).to(self.device), 0
         obs, self._state = self.env.reset(self._next_key(), self.params)
         return self._obs_out(obs), {}
 

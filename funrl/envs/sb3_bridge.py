@@ -12,8 +12,12 @@ seeded ``seed, seed + 1, ...`` (the tests check it): SB3's auto-reset, where the
 episode returns the next episode's first observation, keeps the last one in
 ``infos[i]["terminal_observation"]`` and sets ``infos[i]["TimeLimit.truncated"]`` when the time
 limit (not a terminal state) ended it; rewards are float32, dones bool. Copy ``i`` draws its keys
-from its own stream, ``random.key(seed + i)`` (or the seeds given to ``seed()`` before a
-``reset()``), split once per reset and per step, exactly as the single env's.
+as the single env does: its ``n``-th reset or step uses ``random.fold_in(random.key(seed + i), n)``
+(or the seeds given to ``seed()`` before a ``reset()``).
+
+``compile=True`` compiles the whole batched transition (step, auto-reset, key derivation) into
+one graph with :func:`funrl.control.compile`: the first step pays the compile, later ones skip
+the per-op overhead of eager torch that dominates small envs such as CartPole.
 
 The copies share one funrl env and its params, so ``get_attr``/``env_method`` read the adapter's
 own attributes (``env``, ``params``, ``render_mode``...) for every index and ``set_attr`` sets one
@@ -36,7 +40,8 @@ except ImportError as err:
         "pip install stable-baselines3"
     ) from err
 
-from funrl import random
+from funrl import control, random
+from funrl import tree as ftree
 from funrl.envs.checker import validate_action
 from funrl.envs.core import Environment, _where_tree
 from funrl.envs.gymnasium_bridge import (
@@ -53,10 +58,7 @@ from funrl.envs.gymnasium_bridge import (
 __all__ = ["FunrlSB3VecEnv", "to_sb3_vec_env"]
 
 
-def _split_each(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split every copy's key: ``(next keys of the streams, keys to use now)``."""
-    pairs = torch.func.vmap(random.split)(keys)
-    return pairs[:, 0], pairs[:, 1]
+_fold_in_each = torch.func.vmap(random.fold_in)  # (seed keys [N, 2], call counts [N]) -> keys [N, 2]
 
 
 class FunrlSB3VecEnv(VecEnv):
@@ -65,7 +67,13 @@ class FunrlSB3VecEnv(VecEnv):
     render_mode = None
 
     def __init__(
-        self, env: Environment, params: Any, num_envs: int, seed: int = 0, device: str | torch.device = "cpu"
+        self,
+        env: Environment,
+        params: Any,
+        num_envs: int,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+        compile: bool = False,
     ) -> None:
         self.env, self.params = env, params
         self.device = torch.device(device)
@@ -80,8 +88,12 @@ class FunrlSB3VecEnv(VecEnv):
         self._reset_fn = torch.func.vmap(lambda k: env.reset(k, params))
         self._step_env_fn = torch.func.vmap(lambda k, s, a: env.step_env(k, s, a, params))
         self._in_space = torch.func.vmap(self._action_space.contains)
-        # Copy i's stream starts at random.key(seed + i), as make_vec_env(seed=seed) seeds its copies.
-        self._keys = torch.stack([random.key(check_seed(seed) + i) for i in range(num_envs)]).to(self.device)
+        # Copy i is seeded seed + i, as make_vec_env(seed=seed) seeds its copies.
+        self._seed_keys = random.key(torch.arange(num_envs) + check_seed(seed)).to(self.device)
+        self._calls = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._transition = (
+            control.compile(self._transition_fn, device=self.device) if compile else self._transition_fn
+        )
         self._state: Any = None
         self._actions: torch.Tensor | None = None
 
@@ -91,11 +103,14 @@ class FunrlSB3VecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         for i, seed in enumerate(self._seeds):
             if seed is not None:
-                self._keys[i] = random.key(check_seed(seed, f"seeds[{i}]")).to(self.device)
+                self._seed_keys[i] = random.key(check_seed(seed, f"seeds[{i}]")).to(self.device)
+                self._calls[i] = 0
         for options in self._options:
             check_no_options(options)
-        self._keys, reset_keys = _split_each(self._keys)
-        obs, self._state = self._reset_fn(reset_keys)
+        obs, state = self._reset_fn(_fold_in_each(self._seed_keys, self._calls))
+        # A compiled transition returns contiguous leaves; reset's match them, so it compiles once.
+        self._state = ftree.map(torch.Tensor.contiguous, state)
+        self._calls = self._calls + 1
         self._reset_seeds()
         self._reset_options()
         self.reset_infos = [{} for _ in range(self.num_envs)]
@@ -119,18 +134,11 @@ class FunrlSB3VecEnv(VecEnv):
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         if self._actions is None:
             raise RuntimeError("step_wait: call step_async(actions) first")
-        self._keys, step_keys = _split_each(self._keys)
-        obs, state, reward, terminated, truncated, info = self._step_env_fn(
-            step_keys, self._state, self._actions
+        obs, next_obs, self._state, reward, terminated, truncated, info, self._calls = self._transition(
+            self._seed_keys, self._calls, self._state, self._actions
         )
         self._actions = None
         done = terminated | truncated
-        # Where an episode ended, the copy resets with the next key of its own stream.
-        after_reset_keys, reset_keys = _split_each(self._keys)
-        reset_obs, reset_state = self._reset_fn(reset_keys)
-        self._keys = torch.where(done[:, None], after_reset_keys, self._keys)
-        self._state = _where_tree(done, reset_state, state)
-
         last_obs = self._obs_out(obs)
         done_np = done.cpu().numpy()
         time_limit_np = (truncated & ~terminated).cpu().numpy()
@@ -143,8 +151,19 @@ class FunrlSB3VecEnv(VecEnv):
                 copy_info["terminal_observation"] = last_obs[i]
                 self.reset_infos[i] = {}
             infos.append(copy_info)
-        next_obs = self._obs_out(_where_tree(done, reset_obs, obs))
-        return next_obs, reward.detach().cpu().numpy().astype(np.float32), done_np, infos
+        return self._obs_out(next_obs), reward.detach().cpu().numpy().astype(np.float32), done_np, infos
+
+    def _transition_fn(self, seed_keys: torch.Tensor, calls: torch.Tensor, state: Any, action: torch.Tensor):
+        """One step of every copy and, where its episode ended, its reset (SB3's auto-reset), with
+        each copy's next keys; pure, so ``compile=True`` makes it one graph."""
+        obs, state, reward, terminated, truncated, info = self._step_env_fn(
+            _fold_in_each(seed_keys, calls), state, action
+        )
+        done = terminated | truncated
+        reset_obs, reset_state = self._reset_fn(_fold_in_each(seed_keys, calls + 1))
+        next_obs = _where_tree(done, reset_obs, obs)
+        state = _where_tree(done, reset_state, state)
+        return obs, next_obs, state, reward, terminated, truncated, info, calls + 1 + done.to(calls.dtype)
 
     def close(self) -> None:
         self._state = None
@@ -183,9 +202,11 @@ def to_sb3_vec_env(
     params: Any = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    compile: bool = False,
     **make_kwargs: Any,
 ) -> FunrlSB3VecEnv:
     """An SB3 ``VecEnv`` of ``num_envs`` copies of a funrl env (id or instance), copy ``i`` seeded
-    ``seed + i``; ``params`` defaults to the env's default params (or ``make(id, **make_kwargs)``'s)."""
+    ``seed + i``; ``params`` defaults to the env's default params (or ``make(id, **make_kwargs)``'s);
+    ``compile=True`` compiles the batched transition (see the module docstring)."""
     env, params = resolve_env(env_id_or_env, params, make_kwargs)
-    return FunrlSB3VecEnv(env, params, num_envs, seed, device)
+    return FunrlSB3VecEnv(env, params, num_envs, seed, device, compile)

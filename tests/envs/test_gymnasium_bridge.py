@@ -237,15 +237,13 @@ def test_single_env_follows_the_documented_key_stream() -> None:
     env, params = E.make("CartPole-v1")
     single = E.to_gymnasium_env("CartPole-v1")
     obs, info = single.reset(seed=4)
-    key = random.key(4)
-    key, sub = random.split(key)
-    expected_obs, state = env.reset(sub, params)
+    # Call n since reset(seed=4) draws from fold_in(key(4), n): the reset is call 0.
+    expected_obs, state = env.reset(random.fold_in(random.key(4), 0), params)
     np.testing.assert_array_equal(obs, expected_obs.numpy())
     for t in range(12):
         obs, reward, terminated, truncated, info = single.step(t % 2)
-        key, sub = random.split(key)
         expected_obs, state, expected_reward, expected_terminated, expected_truncated, _ = env.step_env(
-            sub, state, torch.tensor(t % 2), params
+            random.fold_in(random.key(4), t + 1), state, torch.tensor(t % 2), params
         )
         np.testing.assert_array_equal(obs, expected_obs.numpy())
         assert (reward, terminated, truncated) == (
@@ -253,9 +251,10 @@ def test_single_env_follows_the_documented_key_stream() -> None:
             bool(expected_terminated),
             bool(expected_truncated),
         )
-    # A reset without a seed continues the stream; the constructor's seed starts it.
-    key, sub = random.split(key)
-    np.testing.assert_array_equal(single.reset()[0], env.reset(sub, params)[0].numpy())
+    # A reset without a seed continues the count; the constructor's seed starts it.
+    np.testing.assert_array_equal(
+        single.reset()[0], env.reset(random.fold_in(random.key(4), 13), params)[0].numpy()
+    )
     np.testing.assert_array_equal(
         E.to_gymnasium_env("CartPole-v1", seed=4).reset()[0], single.reset(seed=4)[0]
     )

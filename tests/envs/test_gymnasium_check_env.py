@@ -23,6 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import funrl.envs as E
+from funrl.testing import assert_trees_close
 
 ENV_IDS = E.registry()
 
@@ -123,6 +124,21 @@ def test_make_vec_env_builds_from_the_single_adapter_and_seeds_it_like_ours() ->
     # reset, as to_sb3_vec_env does.
     vec_env = make_vec_env(E.to_gymnasium_env, n_envs=2, seed=3, env_kwargs={"env_id_or_env": "CartPole-v1"})
     np.testing.assert_array_equal(vec_env.reset(), E.to_sb3_vec_env("CartPole-v1", 2, seed=3).reset())
+
+
+@pytest.mark.slow
+def test_compiled_sb3_vec_env_equals_eager() -> None:
+    # The one compiled graph: CartPole's batched step, auto-reset and key derivation.
+    eager = E.to_sb3_vec_env("CartPole-v1", 4, seed=2, max_episode_steps=6)
+    compiled = E.to_sb3_vec_env("CartPole-v1", 4, seed=2, max_episode_steps=6, compile=True)
+    np.testing.assert_array_equal(compiled.reset(), eager.reset())
+    for t in range(8):  # episodes truncate at step 6 and auto-reset
+        actions = np.array([(t + i) % 2 for i in range(4)])
+        (obs, rewards, dones, infos), expected = compiled.step(actions), eager.step(actions)
+        # Inductor may fuse float ops differently from eager: a few ulp apart, flags exactly equal.
+        assert_trees_close((obs, rewards), expected[:2], rtol=1e-5, atol=1e-6, name=f"step {t}")
+        np.testing.assert_array_equal(dones, expected[2])
+        assert [sorted(info) for info in infos] == [sorted(info) for info in expected[3]]
 
 
 @pytest.mark.slow
