@@ -91,22 +91,19 @@ class Workspace:
 
 @dataclasses.dataclass
 class MujocoModel:
-    """One compiled model, its derived-field layout and one workspace per worker thread."""
+    """One compiled model, its sizes as plain ints (``torch.compile`` traces code reading them and
+    cannot call into mujoco), its derived-field layout and one workspace per worker thread."""
 
     xml_file: str
     fields: tuple[str, ...]
     model: mujoco.MjModel
     field_shapes: tuple[tuple[int, ...], ...]
+    state_size: int
+    nv: int
+    nu: int
+    derived_size: int
     workspaces: list[Workspace]
     lock: threading.Lock
-
-    @property
-    def state_size(self) -> int:
-        return mujoco.mj_stateSize(self.model, FULLPHYSICS)
-
-    @property
-    def derived_size(self) -> int:
-        return sum(int(np.prod(s)) for s in self.field_shapes)
 
     def workspaces_for(self, num_threads: int) -> list[Workspace]:
         while len(self.workspaces) < num_threads:
@@ -140,7 +137,11 @@ def model_id(xml_file: str, fields: tuple[str, ...] = ()) -> int:
             if not isinstance(getattr(data, name, None), np.ndarray):
                 raise ValueError(f"fields: {name!r} is not an array field of mujoco.MjData")
         shapes = tuple(tuple(getattr(data, name).shape) for name in fields)
-        _MODELS.append(MujocoModel(xml_file, fields, model, shapes, [], threading.Lock()))
+        derived_size = sum(int(np.prod(shape)) for shape in shapes)
+        entry = MujocoModel(
+            xml_file, fields, model, shapes, expected, model.nv, model.nu, derived_size, [], threading.Lock()
+        )
+        _MODELS.append(entry)
         _IDS[(xml_file, fields)] = len(_MODELS) - 1
         return len(_MODELS) - 1
 
@@ -273,7 +274,7 @@ def _mujoco_forward_fake(model_id, states):
     entry = get_model(model_id)
     return (
         states.new_empty((states.shape[0], entry.derived_size)),
-        states.new_empty((states.shape[0], entry.model.nv)),
+        states.new_empty((states.shape[0], entry.nv)),
     )
 
 
@@ -357,8 +358,8 @@ def step(
     _check_batch(
         model_id,
         states=(states, entry.state_size),
-        warmstarts=(warmstarts, entry.model.nv),
-        controls=(controls, entry.model.nu),
+        warmstarts=(warmstarts, entry.nv),
+        controls=(controls, entry.nu),
     )
     if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
         raise ValueError(f"frame_skip: expected a positive int, got {frame_skip!r}")
