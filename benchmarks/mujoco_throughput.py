@@ -36,6 +36,7 @@ import os
 import statistics
 import subprocess
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -270,6 +271,7 @@ def main() -> None:
                             env_id, n, mode == "compiled", args.threads, args, device
                         )
                     except Exception as err:  # one failing row is reported, the table goes on
+                        traceback.print_exc()
                         row(
                             env_id,
                             n,
