@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-EXPECTED = ["03_property_testing"]
+EXPECTED = ["02_vmap_ensembles", "03_property_testing", "04_custom_env", "05_buffers_offline"]
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # a hung cell fails instead of stalling CI
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ipykernel colours its tracebacks
@@ -24,8 +24,10 @@ def _read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 
 
-def test_the_notebooks_are_there() -> None:
-    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+def test_the_issue_notebooks_are_there() -> None:
+    names = [p.stem for p in NOTEBOOKS]
+    missing = [name for name in EXPECTED if name not in names]
+    assert not missing, f"notebooks/: missing {missing}; found {names}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
