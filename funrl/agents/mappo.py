@@ -13,8 +13,9 @@ Parameter sharing is a vmap option, not a second implementation. Every network c
 ``torch.func.vmap`` over the agent axis of the data; ``share_params=True`` maps it with
 ``in_dims=None`` on the params (one set of weights for the team, JaxMARL's baselines and the
 MAPPO paper's default), ``share_params=False`` with ``in_dims=0`` on a params pytree stacked over
-agents (leaves ``[A, ...]``: each agent its own actor and critic). The optimiser sees one pytree
-either way: Adam is per element, and the gradient-norm clip is taken over the team's parameters.
+agents (leaves ``[A, ...]``: each agent its own actor and critic). Actor and critic have an
+optimiser each (Adam under a gradient-norm clip, as JaxMARL's MAPPO); each sees the team's
+parameters of its network as one pytree, so the clip is taken over the whole team.
 
 Shapes (``N`` envs, ``A`` agents, ``T`` steps): observations ``[N, A, D]``, actions, rewards,
 values and flags ``[N, A]``, a rollout ``[T, N, A, ...]``. Advantages are per agent (GAE on each
@@ -267,7 +268,7 @@ SWEEPABLE = ("learning_rate", *MAPPOHyperParams._fields)
 
 class MAPPOTrainState(NamedTuple):
     params: dict[str, dict[str, torch.Tensor]]  # {"actor": ..., "critic": ...}; leaves [A, ...] unshared
-    opt_state: Any  # (clip, inject_hyperparams(adam) holding the learning rate[, annealing])
+    opt_state: dict[str, Any]  # per network: (clip, inject_hyperparams(adam) with the rate[, annealing])
     env_state: Any
     obs: torch.Tensor  # [N, A, D]
     update_count: torch.Tensor
@@ -276,7 +277,7 @@ class MAPPOTrainState(NamedTuple):
 
 def learning_rate(state: MAPPOTrainState) -> torch.Tensor:
     """The base learning rate a train state holds (before annealing), a float32 scalar tensor."""
-    return state.opt_state[1].hyperparams["learning_rate"]
+    return state.opt_state["actor"][1].hyperparams["learning_rate"]
 
 
 def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: str = "cpu") -> Agent:
@@ -378,7 +379,7 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         obs, env_state = benv.reset(key_env.to(device), env_params)
         return MAPPOTrainState(
             params=params,
-            opt_state=optimizer(values_["learning_rate"]).init(params),
+            opt_state={name: optimizer(values_["learning_rate"]).init(p) for name, p in params.items()},
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),
@@ -456,7 +457,11 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
             params, opt_state = carry
             minibatch = {k: v[idx] for k, v in data.items()}
             grads, (loss, metrics) = grad_fn(params, hp, minibatch)
-            updates, opt_state = tx.update(grads, opt_state, params)
+            # Actor and critic each clip their own gradient norm (JaxMARL's MAPPO): the value
+            # loss's gradients, large while returns are, would otherwise crowd out the policy's.
+            steps = {name: tx.update(grads[name], opt_state[name], params[name]) for name in params}
+            updates = {name: update for name, (update, _) in steps.items()}
+            opt_state = {name: state for name, (_, state) in steps.items()}
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
             return (optim.apply_updates(params, updates), opt_state), metrics
 

@@ -1,0 +1,133 @@
+"""MAPPO (or IPPO) on simple_spread: time to result, against TorchRL's MAPPO example on VMAS.
+
+funrl's side trains ``--seeds`` seeds at once (vmapped) for ``--total-steps`` env steps per seed
+and reports the whole-process times (building the agent, the first update with its compile, the
+rest of training), env steps per second and the team return of the last updates and of a greedy
+evaluation, against a uniformly random policy's return on the same evaluation keys.
+
+The peer is TorchRL's ``sota-implementations/multiagent/mappo_ippo.py`` on VMAS, run as shipped
+(a hydra script with its ``mappo_ippo.yaml``) with the same env-step budget. Where it cannot run
+(no ``hydra``, no config file beside the script, no ``vmas``), the table says why.
+
+    python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from funrl import random
+from funrl.agents import common, mappo
+
+
+def random_policy_return(agent: common.Agent, key: torch.Tensor, episodes: int) -> float:
+    """Mean team return of uniformly random actions on ``episodes`` fresh envs from ``key``."""
+    env = common.with_num_envs(agent.env, episodes)
+    obs, state = env.reset(key, agent.env_params)
+    total = torch.zeros(episodes)
+    for t in range(agent.env_params.max_steps_in_episode):
+        action = random.randint(random.fold_in(random.key(7), t), obs.shape[:-1], 0, 5)
+        obs, state, reward, *_ = env.step(random.fold_in(key, t), state, action, agent.env_params)
+        total += reward.sum(-1)
+    return float(total.mean())
+
+
+def funrl_run(args: argparse.Namespace) -> dict:
+    t0 = time.perf_counter()
+    config_type = mappo.MAPPOConfig if args.algo == "mappo" else mappo.IPPOConfig
+    agent = mappo.make_train(config_type(total_steps=args.total_steps, learning_rate=args.lr))
+    keys = common.seed_keys(0, args.seeds)
+    state, run_key = common.init_state(agent, keys)
+    t1 = time.perf_counter()
+    state, first = common.train(
+        agent, keys, compile=not args.no_compile, state=state, run_key=run_key, num_updates=1
+    )
+    t2 = time.perf_counter()
+    state, rest = common.train(agent, keys, compile=not args.no_compile, state=state, run_key=run_key)
+    t3 = time.perf_counter()
+    returns = rest["episode_return"][-10:].nanmean(0)
+    key = random.key(1_000_003)
+    params = [
+        {k: {n: v[i] for n, v in p.items()} for k, p in state.params.items()} for i in range(args.seeds)
+    ]
+    greedy = [float(common.evaluate(agent, p, key, args.eval_episodes).mean()) for p in params]
+    return {
+        "peer": f"funrl {args.algo}" + (" (eager)" if args.no_compile else ""),
+        "setup_s": t1 - t0,
+        "first_update_s": t2 - t1,
+        "train_s": t3 - t2,
+        "total_s": t3 - t0,
+        "env_steps_per_s": args.seeds * args.total_steps / (t3 - t1),
+        "last_10_updates_return_per_seed": returns.tolist(),
+        "greedy_return_per_seed": greedy,
+        "random_policy_return": random_policy_return(agent, key, args.eval_episodes),
+    }
+
+
+def torchrl_run(args: argparse.Namespace) -> dict:
+    """TorchRL's example as shipped, if it can run here; otherwise why not."""
+    spec = importlib.util.find_spec("torchrl")
+    script = Path(spec.origin).parent.parent / "sota-implementations" / "multiagent" / "mappo_ippo.py"
+    missing = [
+        what
+        for what, ok in (
+            ("the example script", script.is_file()),
+            ("its mappo_ippo.yaml", (script.parent / "mappo_ippo.yaml").is_file()),
+            ("hydra", importlib.util.find_spec("hydra") is not None),
+            ("vmas", importlib.util.find_spec("vmas") is not None),
+        )
+        if not ok
+    ]
+    if missing:
+        return {"peer": "TorchRL mappo_ippo.py on VMAS", "not_run": f"missing here: {', '.join(missing)}"}
+    frames_per_batch = 6000  # the example's default batch
+    overrides = [
+        "env.scenario_name=simple_spread",
+        f"collector.frames_per_batch={frames_per_batch}",
+        f"collector.n_iters={max(1, args.total_steps // frames_per_batch)}",
+        "logger.backend=",
+        f"model.centralised_critic={args.algo == 'mappo'}",
+    ]
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(script), *overrides], cwd=script.parent, capture_output=True, text=True
+    )
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        return {"peer": "TorchRL mappo_ippo.py on VMAS", "not_run": done.stderr.strip().splitlines()[-1]}
+    return {
+        "peer": "TorchRL mappo_ippo.py on VMAS",
+        "total_s": elapsed,
+        "env_steps_per_s": args.total_steps / elapsed,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--algo", choices=("mappo", "ippo"), default="mappo")
+    parser.add_argument("--total-steps", type=int, default=1_000_000, help="env steps per seed")
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=mappo.MAPPOConfig.learning_rate)
+    parser.add_argument("--eval-episodes", type=int, default=32)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--skip-peer", action="store_true")
+    args = parser.parse_args()
+    results = [funrl_run(args)]
+    if not args.skip_peer:
+        results.append(torchrl_run(args))
+    for result in results:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
