@@ -87,7 +87,6 @@ class FunrlSB3VecEnv(VecEnv):
         self._obs_dtype = _TORCH_TO_NUMPY[env.observation_space(params).dtype]
         self._reset_fn = torch.func.vmap(lambda k: env.reset(k, params))
         self._step_env_fn = torch.func.vmap(lambda k, s, a: env.step_env(k, s, a, params))
-        self._in_space = torch.func.vmap(self._action_space.contains)
         # Copy i is seeded seed + i, as make_vec_env(seed=seed) seeds its copies.
         self._seed_keys = random.key(torch.arange(num_envs) + check_seed(seed)).to(self.device)
         self._calls = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
@@ -125,10 +124,10 @@ class FunrlSB3VecEnv(VecEnv):
             raise ValueError(
                 f"actions: expected shape {expected} (num_envs first), got {tuple(action.shape)}"
             )
-        bad = torch.nonzero(~self._in_space(action))
-        if len(bad):
-            i = int(bad[0, 0])
-            validate_action(self.env, action[i], self.params, name=f"actions[{i}]")
+        # One check of the whole batch (bounds broadcast over it); a failure names the first bad copy.
+        if not bool(self._action_space.contains(action)):
+            for i in range(self.num_envs):
+                validate_action(self.env, action[i], self.params, name=f"actions[{i}]")
         self._actions = action
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:

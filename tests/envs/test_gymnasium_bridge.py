@@ -340,6 +340,15 @@ def test_sb3_vec_env_bad_input(call, error, match) -> None:
         call(vec)
 
 
+def test_sb3_vec_env_names_the_first_copy_with_an_out_of_range_continuous_action() -> None:
+    vec = E.to_sb3_vec_env("Pendulum-v1", 3)
+    vec.reset()
+    with pytest.raises(ValueError, match=r"actions\[1\]: expected values in \[-2.0, 2.0\], got \[2.5\]"):
+        vec.step(np.array([[0.0], [2.5], [0.0]], dtype=np.float32))
+    with pytest.raises(ValueError, match=r"actions\[2\]: expected finite values"):
+        vec.step(np.array([[0.0], [0.0], [np.nan]], dtype=np.float32))
+
+
 def test_sb3_vec_env_attributes_and_arguments() -> None:
     vec = E.to_sb3_vec_env("Catch-bsuite", 3)
     assert vec.get_attr("render_mode") == [None] * 3 and vec.render_mode is None
