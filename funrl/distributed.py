@@ -82,13 +82,18 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ
 
 
+def _group_up() -> bool:
+    # torch builds without distributed support have no process group at all.
+    return dist.is_available() and dist.is_initialized()
+
+
 def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Join the process group torchrun describes (gloo on CPU, NCCL on CUDA); True if one is up.
 
     A no-op returning False outside torchrun, and when the group exists already (a caller that
     made its own). On CUDA each rank uses ``cuda:LOCAL_RANK``.
     """
-    if dist.is_initialized():
+    if _group_up():
         return True
     if not launched():
         return False
@@ -103,12 +108,12 @@ def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_
 
 def rank() -> int:
     """This process's rank; 0 without a process group."""
-    return dist.get_rank() if dist.is_initialized() else 0
+    return dist.get_rank() if _group_up() else 0
 
 
 def world_size() -> int:
     """The number of ranks; 1 without a process group."""
-    return dist.get_world_size() if dist.is_initialized() else 1
+    return dist.get_world_size() if _group_up() else 1
 
 
 def is_first() -> bool:
@@ -185,7 +190,7 @@ def gather_to_first(tree: Any) -> list[Any] | None:
     A collective: every rank calls it at the same point. ``[tree]`` without a process group.
     """
     local = _to_cpu(tree)
-    if not dist.is_initialized():
+    if not _group_up():
         return [local]
     first = dist.get_rank() == 0
     out: list[Any] | None = [None] * dist.get_world_size() if first else None
@@ -195,7 +200,7 @@ def gather_to_first(tree: Any) -> list[Any] | None:
 
 def broadcast_from_first(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank (the others' ``obj`` is ignored); ``obj`` without a group."""
-    if not dist.is_initialized():
+    if not _group_up():
         return obj
     box = [_to_cpu(obj) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)

@@ -8,6 +8,9 @@ loaded with ``torch.load(weights_only=True)``, written atomically). The checkpoi
 after the metrics of the same update, so a run killed at any moment resumes from a consistent
 pair: rows past the checkpoint's update are dropped on resume and recomputed identically.
 
+Under torchrun the seeds are sharded over the ranks and rank 0 writes the same folder, or one
+agent's environments are spread over them (``data_parallel``); see :mod:`funrl.distributed`.
+
 A config whose ``env_id`` is ``gym:ID`` trains on the gymnasium env ``ID`` through
 ``funrl.envs.from_gymnasium(ID, num_envs)``: eagerly, one seed per run, and without resume
 (see :func:`train_run`); ``config.json`` keeps ``gym:ID``, so evaluation rebuilds the same env.
