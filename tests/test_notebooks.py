@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-EXPECTED = ["02_vmap_ensembles", "03_property_testing", "04_custom_env", "05_buffers_offline"]
+EXPECTED = ["01_quickstart", "02_vmap_ensembles", "03_property_testing", "04_custom_env", "05_buffers_offline"]
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # a hung cell fails instead of stalling CI
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ipykernel colours its tracebacks
