@@ -263,13 +263,13 @@ def test_grad_finite_reports_a_nan_loss_and_rejects_a_non_scalar_loss():
 
 # -------------------------------------------------------------------------------------- check_env
 
-FIXED_FIRST_STATE = {"DeepSea-bsuite", "DiscountingChain-bsuite", "SpaceInvaders-MinAtar"}
+# Every registered env passes check_env in tests/envs/test_checker.py; here, a correct env passes
+# and each planted bug fails.
 
 
-@pytest.mark.parametrize("env_id", E.registry())
-def test_every_registered_env_passes_check_env(env_id):
-    env, params = E.make(env_id)
-    check_env(env, params, num_steps=40, random_reset=env_id not in FIXED_FIRST_STATE)
+def test_check_env_accepts_a_correct_env():
+    env, params = E.make("CartPole-v1")
+    check_env(env, params, num_steps=20)
 
 
 class ResetIgnoresKey(CartPole):
