@@ -87,7 +87,7 @@ def test_sb3_vec_env_steps_and_auto_resets_like_dummy_vec_env(env_id: str) -> No
     np.testing.assert_array_equal(obs, reference_obs)
     ours.action_space.seed(0)
     episode_ends = 0
-    for t in range(12):
+    for t in range(10):
         actions = np.stack([ours.action_space.sample() for _ in range(num_envs)])
         out = ours.step(actions)
         assert_same_step(out, reference.step(actions), f"{env_id} step {t}")
