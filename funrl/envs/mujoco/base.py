@@ -118,11 +118,12 @@ class MujocoEnv(Environment[MujocoState, TParams]):
             derived, warmstart = physics.forward(self.model_id, state_vec[None])
             derived, warmstart = derived[0], warmstart[0]
         else:
-            derived = qpos.new_zeros(0)
-            warmstart = qvel.new_zeros(self.nv)
-        return MujocoState(
-            state_vec, warmstart, derived, torch.zeros((), dtype=torch.int32, device=qpos.device)
-        )
+            derived = torch.zeros_like(qpos[:0], memory_format=torch.contiguous_format)
+            warmstart = torch.zeros_like(qvel)
+        # zeros_like of the (batched) qpos: under vmap a fresh factory tensor would come out as a
+        # stride-0 broadcast, and a compiled step's outputs would then fail its stride guard.
+        time = torch.zeros_like(qpos[0], dtype=torch.int32)
+        return MujocoState(state_vec, warmstart, derived, time)
 
     def simulate(self, state: MujocoState, action: torch.Tensor, params: TParams) -> MujocoState:
         """gymnasium's ``do_simulation(action, frame_skip)``: the next state, time + 1."""
