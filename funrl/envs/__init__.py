@@ -1,7 +1,8 @@
 """Batched pure environments (see ``funrl.envs.core`` for the interface).
 
-``to_sb3_vec_env`` (``funrl.envs.sb3_bridge``) is imported on first use, so funrl imports without
-Stable-Baselines3.
+``to_sb3_vec_env`` (``funrl.envs.sb3_bridge``) and the PettingZoo bridges ``to_pettingzoo`` and
+``from_pettingzoo`` (``funrl.envs.marl``) are imported on first use, so funrl imports without
+Stable-Baselines3 or PettingZoo. Multi-agent environments live in ``funrl.envs.marl``.
 """
 
 from funrl.envs.core import Box, Discrete, Environment, EnvParams, Space, StepResult
@@ -49,4 +50,8 @@ def __getattr__(name: str):
         from funrl.envs.sb3_bridge import to_sb3_vec_env
 
         return to_sb3_vec_env
+    if name in ("to_pettingzoo", "from_pettingzoo"):
+        from funrl.envs import marl
+
+        return getattr(marl, name)
     raise AttributeError(f"module 'funrl.envs' has no attribute {name!r}")

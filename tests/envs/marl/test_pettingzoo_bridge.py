@@ -132,6 +132,7 @@ def test_pettingzoo_is_imported_on_first_use_only() -> None:
     code = (
         "import sys, funrl.envs.marl as m; m.make('simple_spread'); "
         "assert 'pettingzoo' not in sys.modules, 'imported with funrl'; m.to_pettingzoo; "
-        "assert 'pettingzoo' in sys.modules"
+        "assert 'pettingzoo' in sys.modules; import funrl.envs as e; "
+        "assert e.to_pettingzoo is m.to_pettingzoo and e.from_pettingzoo is m.from_pettingzoo"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
