@@ -172,7 +172,7 @@ def save_plot(results: dict, path: Path) -> None:
     for ax, (algo, contestants) in zip(axes[0], results.items(), strict=True):
         for name, runs in contestants.items():
             for i, run in enumerate(runs):
-                ax.plot(run["steps"], run["returns"], label=name if i == 0 else None, alpha=0.7,
+                ax.plot(run["steps"], run["returns"], label=name if i == 0 else None, alpha=0.7, marker=".",
                         color="C0" if name.startswith("funrl") else "C1")  # fmt: skip
         ax.set_title(f"{algo} on {FULL[algo].env_id}")
         ax.set_xlabel("environment steps")
