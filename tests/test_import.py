@@ -62,3 +62,15 @@ def test_import_funrl_reaches_every_subpackage_and_changes_no_global_state(tmp_p
     assert report["loaded"] == []  # subpackages load on first use
     expected = ["agents", "buffers", "control", "envs", "losses", "nets", "optim", "random", "testing", "tree"]
     assert {name: f"funrl.{name}" for name in expected} == report["reached"]
+
+
+def test_funrl_leaves_tensordict_unimported_until_a_buffer_is_saved_or_converted() -> None:
+    """Importing tensordict patches ``torch.func.vmap``'s unwrapping for the whole process (and
+    slows every eager vmapped call): funrl imports it only where a buffer meets tensordict."""
+    code = (
+        "import sys, funrl.agents, funrl.buffers, funrl.envs, funrl.losses; "
+        "assert 'tensordict' not in sys.modules, 'imported with funrl'; "
+        "funrl.buffers.to_tensordict({'obs': __import__('torch').zeros(2, 3)}, 1); "
+        "assert 'tensordict' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -13,10 +13,12 @@ nested dict becomes a nested TensorDict and back).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["TORCHRL_KEYS", "to_tensordict", "from_tensordict"]
 
@@ -50,6 +52,8 @@ def to_tensordict(
     dim of 1, as TorchRL stores them.
     """
     _check_items(items, "items")
+    from tensordict import TensorDict  # on first use: importing tensordict patches torch.func.vmap
+
     out = TensorDict({}, batch_size=[])
     batch: list[int] | None = None
     for name, value in items.items():
@@ -83,6 +87,8 @@ def from_tensordict(
     (nested keys other than the mapped ones stay nested dicts). Reward and flags lose their
     trailing dim of 1.
     """
+    from tensordict import TensorDictBase  # on first use: importing tensordict patches torch.func.vmap
+
     if not isinstance(td, TensorDictBase):
         raise TypeError(f"td: expected a TensorDict, got {type(td).__name__}")
     batch_dims = td.batch_dims

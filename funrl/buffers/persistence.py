@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict
 
 from funrl.buffers._core import check_fresh
 
@@ -131,6 +130,8 @@ def save(state: Any, path: str | os.PathLike) -> None:
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     try:
         tmp.mkdir()
+        from tensordict import TensorDict  # on first use: importing tensordict patches torch.func.vmap
+
         tensors = TensorDict({str(i): leaf for i, leaf in enumerate(cpu_leaves)}, batch_size=[])
         tensors.memmap(prefix=str(tmp / _TENSORS))
         meta = {
@@ -199,6 +200,8 @@ def load(path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> Any
                 f"path: leaf {i} file {file} has {size} bytes, expected {info['nbytes']} "
                 "(truncated or missing)"
             )
+    from tensordict import TensorDict  # on first use: importing tensordict patches torch.func.vmap
+
     try:
         tensors = TensorDict.load_memmap(str(root / _TENSORS))
     except Exception as err:  # tensordict reports bad metadata in several ways; none may escape half-read
