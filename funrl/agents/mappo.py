@@ -20,7 +20,8 @@ parameters of its network as one pytree, so the clip is taken over the whole tea
 Shapes (``N`` envs, ``A`` agents, ``T`` steps): observations ``[N, A, D]``, actions, rewards,
 values and flags ``[N, A]``, a rollout ``[T, N, A, ...]``. Advantages are per agent (GAE on each
 agent's own reward), normalised over the minibatch of all agents' samples; minibatches are drawn
-from the ``T * N * A`` agent-steps, as JaxMARL's ``NUM_ACTORS`` batching does.
+from the ``T * N`` env steps, each with every agent's sample, so that unshared params meet their
+own agent's data on the agent axis (a minibatch holds as many samples as JaxMARL's).
 
 ``episode_return`` is the team return: the sum over agents of each agent's undiscounted return,
 per finished episode (JaxMARL's ``MPELogWrapper`` logs the same number, as the mean over agents
