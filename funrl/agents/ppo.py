@@ -268,12 +268,16 @@ def make_train(
 
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
-    def mean_over_ranks(tree: Any) -> Any:
+    def flat_mean_over_ranks(tree: Any) -> Any:
         """Every leaf averaged over the ranks, in one all-reduce of their flattened concatenation."""
         leaves, spec = ftree.flatten(tree)
         flat = dp.mean(torch.cat([leaf.reshape(-1) for leaf in leaves]))
         parts = flat.split([leaf.numel() for leaf in leaves])
         return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
+
+    # One process: the mean is the tree itself, and the copies into one buffer would cost a
+    # gradient step time for nothing.
+    mean_over_ranks = flat_mean_over_ranks if dp.world_size > 1 else (lambda tree: tree)
 
     def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_epochs = random.split(key)
