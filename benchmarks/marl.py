@@ -15,10 +15,7 @@ reports environment steps per second and agent steps per second (3 per env step)
 - mpe2 (``simple_spread_v3.parallel_env``): a Python loop over N envs (N up to
   ``--mpe2-max-envs``).
 
-    python -P benchmarks/marl.py --device cpu --num-envs 1 64 1024 16384 --jaxmarl-python /tmp/jaxv/bin/python
-
-(``-P`` keeps this folder off ``sys.path``: ``benchmarks/mujoco.py`` would shadow the ``mujoco``
-package that ``funrl.envs`` imports.)
+    python benchmarks/marl.py --device cpu --num-envs 1 64 1024 16384 --jaxmarl-python /tmp/jaxv/bin/python
 """
 
 from __future__ import annotations
