@@ -256,6 +256,26 @@ class DataParallel(NamedTuple):
         blocks[self.rank] = x
         return self.all_reduce_sum(torch.cat(blocks, dim=dim))
 
+    def at_all_rows(self, xs: Sequence[torch.Tensor], num_rows: int) -> list[torch.Tensor]:
+        """``xs`` (broadcast together: this rank's rows ``[n, ...]`` of ``num_rows``) repeated to
+        ``[num_rows, ...]``, its rows where one process holding all of them would have them;
+        ``xs`` as they are for one rank.
+
+        For a row-wise computation (a sample from per-row logits) whose rows must match one
+        process's: the other ranks' rows are stand-ins, computed and dropped (:meth:`my_rows`).
+        """
+        if self.world_size == 1:  # a Python constant of the agent: decided when it is built
+            return list(xs)
+        self.local_block(num_rows)
+        return [x.repeat(self.world_size, *([1] * (x.dim() - 1))) for x in torch.broadcast_tensors(*xs)]
+
+    def my_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's block of the rows of ``x`` ``[num_rows, ...]``; ``x`` for one rank."""
+        if self.world_size == 1:
+            return x
+        block = self.local_block(x.shape[0])
+        return x[block.start : block.stop]
+
     def env_keys(self, key: torch.Tensor, num_envs: int) -> torch.Tensor:
         """This rank's rows of ``split(key, num_envs)``: the keys its environments would get in
         one process holding all ``num_envs``."""

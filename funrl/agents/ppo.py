@@ -236,15 +236,14 @@ def make_train(
             hparams=float32_tensors(PPOHyperParams, values, device),
         )
 
-    # One key per environment, this rank's rows of the split all environments share: an action
-    # depends on its environment's key only, wherever the environment is stepped.
-    sample_per_env = torch.func.vmap(dist.sample_and_log_prob, randomness="error")
-
     def act(key: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
         dist_params, value = policy(params, obs)
-        dist_params = torch.broadcast_tensors(*dist_params) if continuous else (dist_params,)
-        action, log_prob = sample_per_env(dp.env_keys(key, config.num_envs), *dist_params)
-        return action, {"log_prob": log_prob, "value": value}
+        dist_params = dist_params if continuous else (dist_params,)
+        # The draw for all environments, of which this rank keeps its rows: each row's sample
+        # depends on its own row and the key only, so an environment gets the action one process
+        # would draw for it.
+        action, log_prob = dist.sample_and_log_prob(key, *dp.at_all_rows(dist_params, config.num_envs))
+        return dp.my_rows(action), {"log_prob": dp.my_rows(log_prob), "value": value}
 
     def loss_fn(params, hp: PPOHyperParams, minibatch: dict[str, torch.Tensor]):
         dist_params, values = policy(params, minibatch["obs"])
