@@ -50,7 +50,7 @@ def test_cli_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> 
     "args, message",
     [
         (["train", "ppo", "--env", "NoSuchEnv-v0", "--total-steps", "1000"], "NoSuchEnv-v0"),
-        (["train", "dqnx"], "algo: unknown algorithm 'dqnx'; known: dqn, ppo, sac, td3"),
+        (["train", "dqnx"], "algo: unknown algorithm 'dqnx'; known: dqn, ippo, mappo, ppo, sac, td3"),
         (["train", "dqn", "--env", "Pendulum-v1"], "env_id: DQN needs discrete actions"),
         (["train", "sac", "--env", "CartPole-v1"], "env_id: expected continuous (Box) actions"),
         (["train", "--resume"], "out: --resume needs --out"),

@@ -40,7 +40,7 @@ def test_the_builtin_agents_are_registered() -> None:
     assert set(BUILTIN) <= set(registered_agents())
     for name in BUILTIN:
         assert get_agent(name).name == name
-    with pytest.raises(ValueError, match=r"algo: unknown algorithm 'dqnx'; known: dqn, ppo, sac, td3"):
+    with pytest.raises(ValueError, match=r"algo: unknown algorithm 'dqnx'; known: dqn, ippo, mappo, ppo, sac, td3"):
         get_agent("dqnx")
 
 

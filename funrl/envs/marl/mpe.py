@@ -99,10 +99,12 @@ def choose_landmark(unit: torch.Tensor, num_landmarks: int) -> torch.Tensor:
 
 
 def others_index(num: int, device: torch.device) -> torch.Tensor:
-    """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others")."""
-    return torch.tensor(
-        [[j for j in range(num) if j != i] for i in range(num)], dtype=torch.int64, device=device
-    )
+    """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others").
+
+    Built from ``arange`` rather than ``torch.tensor`` of a Python list: a multi-element tensor
+    constant inside a compiled loop body is not a graph input inductor can take in torch 2.13."""
+    j = torch.arange(num - 1, device=device).unsqueeze(0)
+    return j + (j >= torch.arange(num, device=device).unsqueeze(1)).long()
 
 
 def of_others(x: torch.Tensor) -> torch.Tensor:
