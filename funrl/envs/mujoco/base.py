@@ -67,13 +67,19 @@ class MujocoEnv(Environment[MujocoState, TParams]):
             size = math.prod(shape)
             self._field_slices[name] = (offset, offset + size, shape)
             offset += size
-        # Plain Python copies of the model's constants: torch.compile traces through these methods,
-        # and numpy arrays and mujoco calls there would break the graph.
+        # Copies of the model's constants: torch.compile traces through these methods, and numpy
+        # arrays and mujoco calls there would break the graph. The vectors are tensors made here,
+        # once: a compiled step takes them as inputs. Built inside the step they would be graph
+        # constants, and inductor leaves a constant of more than 8 elements unbound in the loop
+        # body of a compiled scan ("_torchinductor_pyobject_tensor_data_ptr: non-tensor input").
         self.qpos0 = tuple(self.model.qpos0.tolist())
+        self.qpos0_tensor = torch.tensor(self.qpos0, dtype=torch.float64)
         self.timestep = float(self.model.opt.timestep)
-        self.ctrl_low = tuple(self.model.actuator_ctrlrange[:, 0].tolist())
-        self.ctrl_high = tuple(self.model.actuator_ctrlrange[:, 1].tolist())
-        self.body_mass = tuple(self.model.body_mass.tolist())
+        # A bound shared by every actuator (as in all ten models) stays one float, so the action
+        # space's bound tensors, built in a step (ClipAction), are scalars, not vector constants.
+        self.ctrl_low = _shared_or_tuple(self.model.actuator_ctrlrange[:, 0].tolist())
+        self.ctrl_high = _shared_or_tuple(self.model.actuator_ctrlrange[:, 1].tolist())
+        self.body_mass = torch.tensor(self.model.body_mass.tolist(), dtype=torch.float64)
         self.body_ids = {self.model.body(i).name: i for i in range(self.model.nbody)}
 
     @property
@@ -84,7 +90,7 @@ class MujocoEnv(Environment[MujocoState, TParams]):
 
     def init_qpos(self, device: torch.device | str | None = None) -> torch.Tensor:
         """gymnasium's ``init_qpos``: the model's ``qpos0``, float64."""
-        return torch.tensor(self.qpos0, dtype=torch.float64, device=device)
+        return self.qpos0_tensor.to(device, copy=True)
 
     def init_qvel(self, device: torch.device | str | None = None) -> torch.Tensor:
         """gymnasium's ``init_qvel``: zeros, float64."""
@@ -183,6 +189,11 @@ class MujocoEnv(Environment[MujocoState, TParams]):
     def to_agent(obs: torch.Tensor) -> torch.Tensor:
         """The float32 observation agents get from the float64 one."""
         return obs.to(torch.float32)
+
+
+def _shared_or_tuple(values: list[float]) -> float | tuple[float, ...]:
+    """A Box bound: the one value if all are equal, else the tuple of them."""
+    return values[0] if len(set(values)) == 1 else tuple(values)
 
 
 def make_factory(env_cls: type[MujocoEnv], params_cls: type) -> Any:

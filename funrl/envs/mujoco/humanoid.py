@@ -67,7 +67,7 @@ class Humanoid(MujocoEnv[HumanoidParams]):
 
     def mass_center(self, state: MujocoState) -> torch.Tensor:
         """gymnasium's ``mass_center``: the mass-weighted mean of ``xipos``, x and y."""
-        mass = torch.tensor(self.body_mass, dtype=torch.float64, device=state.physics.device)
+        mass = self.body_mass.to(state.physics.device)
         return (torch.einsum("b,bj->j", mass, self.field(state, "xipos")) / mass.sum())[0:2]
 
     def get_obs(self, state: MujocoState, params: HumanoidParams) -> torch.Tensor:

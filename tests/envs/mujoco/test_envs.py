@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import funrl.envs as E
-from funrl import random
+from funrl import control, random
 from funrl.agents import ppo, sac
 from funrl.envs import mujoco as M
-from funrl.testing import check_env
+from funrl.testing import assert_compile_equals_eager, check_env
 
 ENV_IDS = [
     "HalfCheetah-v5",
@@ -41,7 +41,7 @@ def test_spaces_and_dtypes() -> None:
     assert env.observation_space(params).shape == (348,)
     assert env.observation_space(params).dtype == torch.float32
     space = env.action_space(params)
-    assert space.shape == (17,) and space.low == (-0.4,) * 17 and space.high == (0.4,) * 17
+    assert space.shape == (17,) and space.low == -0.4 and space.high == 0.4
     obs, state = env.reset(random.key(0), params)
     assert obs.dtype == torch.float32
     assert state.physics.dtype == state.warmstart.dtype == state.derived.dtype == torch.float64
@@ -137,6 +137,38 @@ def test_rollout_on_a_batched_env() -> None:
 def test_set_num_threads_rejects_bad_counts() -> None:
     with pytest.raises(ValueError, match="num_threads: expected a positive int, got 0"):
         M.set_num_threads(0)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_action_bounds_shared_by_every_actuator_are_floats(env_id: str) -> None:
+    # A step that builds the bounds (ClipAction) then makes scalars: a vector constant of more than
+    # 8 elements (Humanoid's 17) built in a compiled scan's loop body is left unbound by inductor.
+    space = E.make(env_id)[0].action_space()
+    assert isinstance(space.low, float) and isinstance(space.high, float)
+
+
+@pytest.mark.slow
+def test_compiled_scan_of_a_vmapped_step_equals_eager() -> None:
+    """HalfCheetah's reset (run on every step) adds noise to its 9-element ``qpos0``: built in the
+    step, that vector was a graph constant that inductor left unbound in the scan's loop body."""
+    env, params = E.make("HalfCheetah-v5")
+    batched = E.vmap(env, 2)
+    space = env.action_space(params)
+    obs, state = batched.reset(random.key(0), params)
+
+    def two_steps(key: torch.Tensor, obs: torch.Tensor, state: M.MujocoState) -> tuple:
+        def one(carry: tuple, t: torch.Tensor) -> tuple:
+            obs, state = carry
+            key_action, key_step = random.split(random.fold_in(key, t))
+            action = random.uniform(
+                key_action, (2, *space.shape), space.dtype, space.low_tensor(), space.high_tensor()
+            )
+            obs, state, reward, *_ = batched.step(key_step, state, action, params)
+            return (obs, state), reward
+
+        return control.scan(one, (obs, state), length=2)
+
+    assert_compile_equals_eager(two_steps, random.key(1), obs, state)
 
 
 @pytest.mark.slow
