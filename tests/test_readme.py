@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    quick = text[text.index("## Quick start") :]
+    start = text.index("## Quick start")
+    quick = text[start : text.index("\n## ", start + 1)]  # the section, up to the next heading
     return re.findall(r"```bash\n(.+?)\n```", quick, flags=re.S)
 
 

@@ -342,9 +342,12 @@ def train_run(
     # Rank 0 reads and writes the run folder (other nodes may not see it); every rank then raises
     # the same one-line error, or builds the agent of the same (algo, config, meta).
     setup: Any = None
+    agent = None  # the agent _start_run built to check a new run, reused by a single process
     if distributed.is_first():
         try:
-            setup = _start_run(out, algo, config, seed, num_seeds, device, compile, resume, data_parallel)
+            *setup, agent = _start_run(
+                out, algo, config, seed, num_seeds, device, compile, resume, data_parallel
+            )
         except (ValueError, TypeError) as exc:
             setup = exc
     setup = distributed.broadcast_from_first(setup)
@@ -353,7 +356,8 @@ def train_run(
     algo, config, meta = setup
     seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta["device"]
     dp = distributed.data_parallel() if data_parallel else None
-    agent = build_agent(algo, config, device, dp)
+    if agent is None or distributed.world_size() > 1:
+        agent = build_agent(algo, config, device, dp)
     layout = _Layout(num_seeds, dp)
     keys = _run_keys(config, seed, num_seeds)
     if keys.dim() == 2:
@@ -453,9 +457,10 @@ def _start_run(
     compile: bool,
     resume: bool,
     data_parallel: bool,
-) -> tuple[str, Any, dict[str, Any]]:
-    """``(algo, config, meta)`` of the run to train: read from ``out`` to resume, else checked
-    (a bad option or env id leaves no half-made run folder) and written to ``out/config.json``."""
+) -> tuple[str, Any, dict[str, Any], common.Agent | None]:
+    """``(algo, config, meta, agent)`` of the run to train: read from ``out`` to resume (agent
+    None), else checked by building the agent (a bad option or env id leaves no half-made run
+    folder) and written to ``out/config.json``."""
     world = distributed.world_size()
     if resume:
         algo, config, meta = read_run(out)
@@ -497,14 +502,15 @@ def _start_run(
         )
     if not data_parallel:
         distributed.shard(meta["num_seeds"], 0, world)  # at least one seed per rank
+    agent = None
     if not resume:
         # Built before anything is written, so a bad env id leaves no half-made run folder.
         dp = distributed.DataParallel(0, world) if data_parallel else None
-        build_agent(algo, config, device, dp)
+        agent = build_agent(algo, config, device, dp)
         out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(meta, indent=2)
         atomic_write_bytes(out / CONFIG, lambda f: f.write(text.encode()))
-    return algo, config, meta
+    return algo, config, meta, agent
 
 
 class _Layout:
@@ -522,6 +528,8 @@ class _Layout:
     def whole(self, shares: list[Any] | None) -> Any:
         if shares is None:
             return None
+        if len(shares) == 1 and not self.data_parallel:  # one process: its share is the whole
+            return shares[0]
         return ftree.stack(shares) if self.data_parallel else distributed.stack_over(shares)
 
     def whole_template(self, share: Any) -> Any:
@@ -539,7 +547,7 @@ class _Layout:
         (all-reduced) metrics on every rank, so rank 0's are the agent's."""
         if shares is None:
             return None
-        if self.data_parallel:
+        if self.data_parallel or len(shares) == 1:  # one process: its metrics as they are
             return shares[0]
         return {name: torch.cat([share[name] for share in shares], dim=1) for name in shares[0]}
 
