@@ -123,12 +123,12 @@ class PPOHyperParams(NamedTuple):
     gae_lambda: torch.Tensor
 
 
-SWEEPABLE = ("learning_rate", *PPOHyperParams._fields)
+SWEEPABLE = ("learning_rate", "max_grad_norm", *PPOHyperParams._fields)
 """The config fields that ride in the train state: the names ``init(key, **hparams)`` (and
 ``train(..., hparams=...)``) takes; any other raises. The compiled step does not depend on them.
+The learning rate and ``max_grad_norm`` are tensors of the optimiser state (``inject_hyperparams``).
 
-``max_grad_norm`` is static: the clipping transformation holds it as a Python float. Reward
-normalisation (continuous actions) discounts with its wrapper's own γ (0.99), not ``gamma``."""
+Reward normalisation (continuous actions) discounts with its wrapper's own γ (0.99), not ``gamma``."""
 
 
 class PPOTrainState(NamedTuple):
@@ -208,15 +208,17 @@ def make_train(
         """CleanRL's linear annealing: ``1 - i / num_updates`` through update ``i`` (from 0)."""
         return 1.0 - (count // gradient_steps).to(torch.float32) / num_updates
 
-    def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
-        """Adam (eps 1e-5) under global-norm clipping; the rate a tensor of its state (sweepable)."""
+    def optimizer(lr: float | torch.Tensor, max_grad_norm: float | torch.Tensor) -> optim.Optimizer:
+        """Adam (eps 1e-5) under global-norm clipping; the rate and the norm tensors of its state
+        (sweepable)."""
         adam = optim.inject_hyperparams(optim.adam, static_args=("eps",))(learning_rate=lr, eps=1e-5)
-        parts = [optim.clip_by_global_norm(config.max_grad_norm), adam]
+        clip = optim.inject_hyperparams(optim.clip_by_global_norm)(max_norm=max_grad_norm)
+        parts = [clip, adam]
         if config.anneal_lr:
             parts.append(optim.scale_by_schedule(annealing))
         return optim.chain(*parts)
 
-    tx = optimizer(config.learning_rate)  # its update reads the rate from the optimiser state
+    tx = optimizer(config.learning_rate, config.max_grad_norm)  # its update reads both from the state
 
     def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         return nets.apply(module, params, obs)
@@ -229,7 +231,7 @@ def make_train(
         obs, env_state = benv.reset(key_env.to(device), env_params)
         return PPOTrainState(
             params=params,
-            opt_state=optimizer(values["learning_rate"]).init(params),
+            opt_state=optimizer(values["learning_rate"], values["max_grad_norm"]).init(params),
             env_state=env_state,
             obs=obs,
             update_count=torch.zeros((), dtype=torch.int64, device=device),

@@ -52,6 +52,7 @@ TD3 = td3.TD3Config(**CONTINUOUS)
 
 NEW_VALUES = {
     "learning_rate": 1e-2,
+    "max_grad_norm": 1e-3,  # small enough to clip every gradient step
     "ent_coef": 0.1,
     "clip_eps": 1e-5,  # small enough to clip the ratios of the first updates
     "vf_coef": 1.0,
@@ -98,9 +99,9 @@ def test_update_reads_every_float_hyper_parameter_from_the_state(module: Any, co
 
 def test_static_key_blanks_only_the_float_hyper_parameters() -> None:
     key = ppo.make_train(PPO).static_key
-    assert ppo.make_train(dataclasses.replace(PPO, gamma=0.9, ent_coef=0.0)).static_key == key
+    assert ppo.make_train(dataclasses.replace(PPO, gamma=0.9, ent_coef=0.0, max_grad_norm=1.0)).static_key == key
     assert ppo.make_train(dataclasses.replace(PPO, num_steps=4)).static_key != key
-    assert ppo.make_train(dataclasses.replace(PPO, max_grad_norm=1.0)).static_key != key  # not in the state
+    assert ppo.make_train(dataclasses.replace(PPO, anneal_lr=False)).static_key != key  # a bool shapes the graph
     assert ppo.make_train(PPO, device="meta").static_key != key
     assert dqn.make_train(DQN).static_key != key
     # a given env is part of the key by identity
