@@ -2,8 +2,10 @@
 
 funrl train ppo --env CartPole-v1 --total-steps 500000 --seeds 8 --device cpu --out runs/NAME
 funrl train ppo --env gym:Acrobot-v1 --no-compile --out runs/NAME   (any gymnasium id, eagerly)
+funrl train ppo --seeds 4 --sweep learning_rate=1e-3,3e-4 ...   (every point x every seed, one vmap)
 funrl train --resume --out runs/NAME
-torchrun --nproc-per-node P -m funrl train ppo --seeds 64 ...   (seeds sharded over P ranks)
+torchrun --nproc-per-node P -m funrl train ppo --seeds 64 [--sweep ...] ...   (seeds, or points
+    x seeds, sharded over P ranks)
 torchrun --nproc-per-node P -m funrl train ppo --num-envs 64 --data-parallel ...   (envs over P ranks)
 funrl eval runs/NAME --episodes 20 [--json]
 funrl cache path|clear      (compiled update steps, kept between runs)
@@ -37,6 +39,34 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
     return value
+
+
+def _sweep_axis(text: str) -> tuple[str, tuple[float, ...]]:
+    """``NAME=V1,V2,...``: one axis of a sweep grid."""
+    name, sep, values = text.partition("=")
+    try:
+        numbers = tuple(float(v) for v in values.split(","))
+    except ValueError:
+        numbers = ()
+    if not sep or not name.isidentifier() or not numbers:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=V1,V2,... (e.g. learning_rate=1e-3,3e-4), got {text!r}"
+        ) from None
+    return name, numbers
+
+
+def sweep_from_args(args: argparse.Namespace) -> dict[str, tuple[float, ...]] | None:
+    """``--sweep`` options as ``train_run``'s ``sweep`` (None without one); a name given twice is an error."""
+    if not args.sweep:
+        return None
+    sweep: dict[str, tuple[float, ...]] = {}
+    for name, values in args.sweep:
+        if name in sweep:
+            from funrl.agents import run
+
+            raise run.RunError(f"--sweep: {name} is given twice; expected each name once")
+        sweep[name] = values
+    return sweep
 
 
 def _device(text: str) -> str:
@@ -87,6 +117,11 @@ def _check_gymnasium_args(args: argparse.Namespace) -> None:
         raise run.RunError(
             f"--no-compile: --env {args.env} is a host gymnasium env, which torch.compile cannot "
             "trace; add --no-compile to train it eagerly"
+        )
+    if args.sweep:
+        raise run.RunError(
+            f"--sweep: --env {args.env} is one set of host gymnasium envs, which cannot be vmapped "
+            "over grid points; train each point as its own run"
         )
     if args.seeds != 1:
         raise run.RunError(
@@ -146,6 +181,7 @@ def _train(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             data_parallel=args.data_parallel,
             dist_timeout_s=args.dist_timeout,
+            sweep=sweep_from_args(args),
         )
     finally:
         torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
@@ -180,6 +216,13 @@ def _eval(args: argparse.Namespace) -> int:
         per_seed = ", ".join(f"{r:.1f}" for r in result["per_seed"])
         print(f"mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over seeds [{per_seed}]")
     return 0
+
+
+def _sweepable(spec: object) -> tuple[str, ...]:
+    """The sweepable names of an agent: its module's ``SWEEPABLE`` (every agent file defines one)."""
+    import inspect
+
+    return tuple(getattr(inspect.getmodule(spec.make_train), "SWEEPABLE", ()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,6 +287,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="learning rate, every one of the algorithm: "
         + "; ".join(f"{name}: {', '.join(spec.learning_rates)}" for name, spec in registered_agents().items())
         + " (default: the algorithm's)",
+    )
+    train.add_argument(
+        "--sweep",
+        type=_sweep_axis,
+        action="append",
+        metavar="NAME=V1,V2,...",
+        help="train every value of the float hyper-parameter NAME (one the algorithm's train state "
+        "holds: "
+        + "; ".join(f"{name}: {', '.join(_sweepable(spec))}" for name, spec in registered_agents().items())
+        + ") with every seed, as one vmapped batch sharing one compiled step; repeat it for a "
+        "grid of every combination; metrics.csv rows carry their grid point (config.json holds the grid)",
     )
     train.add_argument(
         "--checkpoint-every", type=_positive_int, default=50, help="updates between checkpoints (default: 50)"

@@ -8,8 +8,17 @@ loaded with ``torch.load(weights_only=True)``, written atomically). The checkpoi
 after the metrics of the same update, so a run killed at any moment resumes from a consistent
 pair: rows past the checkpoint's update are dropped on resume and recomputed identically.
 
-Under torchrun the seeds are sharded over the ranks and rank 0 writes the same folder, or one
-agent's environments are spread over them (``data_parallel``); see :mod:`funrl.distributed`.
+A sweep (``sweep={"learning_rate": [1e-3, 3e-4]}``, ``funrl train --sweep learning_rate=1e-3,3e-4``)
+trains every grid point with every seed as one vmapped batch: the run's *members* are point-major,
+member ``p * num_seeds + s`` is seed ``s`` (the key of seed ``s`` in a run without a sweep) with
+the hyper-parameters of point ``p``, which ride in its train state (the agent's ``SWEEPABLE``
+fields, so the whole grid shares one compiled step). ``config.json`` holds the grid,
+``metrics.csv`` rows carry their ``point``, the plot draws one curve per point and evaluation
+adds each point's mean (``per_point``).
+
+Under torchrun the members (seeds, or grid points x seeds) are sharded over the ranks and rank 0
+writes the same folder, or one agent's environments are spread over them (``data_parallel``);
+see :mod:`funrl.distributed`.
 
 A config whose ``env_id`` is ``gym:ID`` trains on the gymnasium env ``ID`` through
 ``funrl.envs.from_gymnasium(ID, num_envs)``: eagerly, one seed per run, and without resume
@@ -23,11 +32,12 @@ import csv
 import dataclasses
 import inspect
 import io
+import itertools
 import json
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +54,7 @@ __all__ = [
     "build_agent",
     "check_gymnasium_id",
     "gymnasium_id",
+    "sweep_grid",
     "train_run",
     "read_run",
     "evaluate_run",
@@ -167,10 +178,77 @@ def _run_keys(config: Any, seed: int, num_seeds: int) -> torch.Tensor:
     return common.seed_keys(seed, num_seeds)
 
 
-def _check_host_run(config: Any, num_seeds: int, compile: bool) -> None:
+def sweep_grid(sweep: Mapping[str, Sequence[float]] | None) -> list[dict[str, float]]:
+    """The grid points of ``sweep`` (``{name: values}``): every combination of the values, the
+    last name varying fastest (``itertools.product``); ``[{}]``, one point, without a sweep.
+
+    A ValueError naming ``sweep`` for anything but a mapping of names to non-empty sequences of
+    finite real numbers.
+    """
+    if sweep is None:
+        return [{}]
+    if not isinstance(sweep, Mapping) or not sweep:
+        raise ValueError(f"sweep: expected a non-empty mapping of names to values, got {sweep!r}")
+    for name, values in sweep.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"sweep: expected a non-empty list of numbers for {name!r}, got {values!r}")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"sweep: expected finite numbers for {name!r}, got {v!r}")
+    names = list(sweep)
+    return [dict(zip(names, map(float, combo), strict=True)) for combo in itertools.product(*sweep.values())]
+
+
+def _members(meta: dict[str, Any]) -> list[dict[str, int]]:
+    """Each member of a run, in order: its seed, and its grid point when the run is a sweep."""
+    seeds = range(meta["num_seeds"])
+    if meta.get("sweep") is None:
+        return [{"seed": s} for s in seeds]
+    return [{"point": p, "seed": s} for p in range(len(sweep_grid(meta["sweep"]))) for s in seeds]
+
+
+def _member_keys_and_hparams(
+    config: Any, meta: dict[str, Any]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+    """Every member's run key (seed ``s``'s, whatever its point) and, for a sweep, its point's
+    hyper-parameters as float64 ``[members]`` tensors (rounded like the config's floats by ``init``)."""
+    keys = _run_keys(config, meta["seed"], meta["num_seeds"])
+    if meta.get("sweep") is None:
+        return keys, None
+    points = sweep_grid(meta["sweep"])
+    hparams = {
+        name: torch.tensor([point[name] for point in points], dtype=torch.float64).repeat_interleave(
+            meta["num_seeds"]
+        )
+        for name in meta["sweep"]
+    }
+    return keys.repeat(len(points), 1), hparams
+
+
+def _check_sweep(agent: common.Agent, config: Any, sweep: Mapping[str, Sequence[float]]) -> None:
+    """Each swept name is a sweepable hyper-parameter of the agent, and each value a valid one
+    (the config with that value passes its own checks); a RunError naming ``sweep`` otherwise."""
+    points = sweep_grid(sweep)
+    try:
+        agent.init(common.seed_keys(0, None), **points[0])
+    except ValueError as exc:
+        raise RunError(f"sweep: {str(exc).removeprefix('hparams: ')}") from None
+    for point in points:
+        try:
+            dataclasses.replace(config, **point)
+        except ValueError as exc:
+            raise RunError(f"sweep: {exc}") from None
+
+
+def _check_host_run(config: Any, num_seeds: int, compile: bool, sweep: Any) -> None:
     """A ``gym:ID`` run: one seed, eagerly (the CLI checks the same with its own option names)."""
     if gymnasium_id(config.env_id) is None:
         return
+    if sweep is not None:
+        raise RunError(
+            f"sweep: {config.env_id} is one set of host gymnasium envs, which cannot be vmapped "
+            "over grid points; expected no sweep (train each point as its own run)"
+        )
     if num_seeds != 1:
         raise RunError(
             f"num_seeds: {config.env_id} is one set of host gymnasium envs, which cannot be vmapped "
@@ -226,25 +304,26 @@ def _truncate_metrics(out: Path, last_update: int) -> list[str] | None:
 
 
 def _rows(
-    host: dict[str, torch.Tensor], last_update: int, steps_per_update: int, num_seeds: int
+    host: dict[str, torch.Tensor], last_update: int, steps_per_update: int, members: list[dict[str, int]]
 ) -> list[dict]:
     count = next(iter(host.values())).shape[0]
     rows = []
     for u in range(count):
         update = last_update - count + u + 1
-        for s in range(num_seeds):
-            row = {"update": update, "seed": s, "env_steps": update * steps_per_update}
+        for m, member in enumerate(members):
+            row = {"update": update, **member, "env_steps": update * steps_per_update}
             for name, values in host.items():
-                v = values[u] if values.dim() == 1 else values[u, s]
+                v = values[u] if values.dim() == 1 else values[u, m]
                 row[name] = float(v)
             rows.append(row)
     return rows
 
 
 def learning_curve(
-    rows: Iterable[dict[str, Any]], metric: str = "episode_return"
+    rows: Iterable[dict[str, Any]], metric: str = "episode_return", point: int | None = None
 ) -> tuple[list[int], torch.Tensor]:
-    """``(env_steps, values)``: ``metric`` of every seed at every update of ``metrics.csv`` rows.
+    """``(env_steps, values)``: ``metric`` of every seed at every update of ``metrics.csv`` rows
+    (of a sweep's grid point ``point`` only, when given).
 
     ``values`` is ``[len(env_steps), num_seeds]``. An update in which a seed finished no episode
     (a NaN ``episode_return``) carries that seed's last finite value forward, as SB3's episode
@@ -253,6 +332,8 @@ def learning_curve(
     """
     by_step: dict[int, dict[int, float]] = {}
     for row in rows:
+        if point is not None and int(row["point"]) != point:
+            continue
         by_step.setdefault(int(row["env_steps"]), {})[int(row["seed"])] = float(row[metric])
     seeds = sorted({seed for values in by_step.values() for seed in values})
     last = {seed: math.nan for seed in seeds}
@@ -268,27 +349,39 @@ def learning_curve(
 
 
 def plot_learning_curve(out: Path, metric: str = "episode_return") -> Path | None:
-    """Mean ± std over seeds of ``metric`` against env steps (:func:`learning_curve`); a PNG, or
-    None when ``metrics.csv`` is missing or no point has a value for every seed."""
+    """Mean ± std over seeds of ``metric`` against env steps (:func:`learning_curve`), one curve
+    per grid point of a sweep; a PNG, or None when ``metrics.csv`` is missing or no curve has a
+    value for every seed."""
     path = out / METRICS
     if not path.exists():
         return None
     with path.open(newline="") as f:
-        steps, values = learning_curve(csv.DictReader(f), metric)
-    if not steps:
+        rows = list(csv.DictReader(f))
+    _, _, meta = read_run(out)
+    points = sweep_grid(meta.get("sweep"))
+    curves = [
+        (learning_curve(rows, metric, p if meta.get("sweep") else None), point)
+        for p, point in enumerate(points)
+    ]
+    curves = [(steps, values, point) for (steps, values), point in curves if steps]
+    if not curves:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mean = values.mean(dim=1)
-    std = values.std(dim=1, correction=0)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.plot(steps, mean.tolist(), color="C0")
-    ax.fill_between(steps, (mean - std).tolist(), (mean + std).tolist(), color="C0", alpha=0.25)
+    for i, (steps, values, point) in enumerate(curves):
+        mean = values.mean(dim=1)
+        std = values.std(dim=1, correction=0)
+        label = ", ".join(f"{name}={value:g}" for name, value in point.items()) if point else None
+        ax.plot(steps, mean.tolist(), color=f"C{i}", label=label)
+        ax.fill_between(steps, (mean - std).tolist(), (mean + std).tolist(), color=f"C{i}", alpha=0.25)
+    if meta.get("sweep"):
+        ax.legend()
     ax.set_xlabel("environment steps")
-    ax.set_ylabel(f"{metric} (mean ± std over {values.shape[1]} seeds)")
+    ax.set_ylabel(f"{metric} (mean ± std over {meta['num_seeds']} seeds)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     target = out / PLOT
@@ -312,6 +405,7 @@ def train_run(
     log_every: int = 10,
     data_parallel: bool = False,
     dist_timeout_s: float = distributed.DEFAULT_TIMEOUT_S,
+    sweep: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[Any, dict[str, torch.Tensor]]:
     """Train (or resume) a run in ``out``; returns the final train state and this call's metrics.
 
@@ -322,9 +416,14 @@ def train_run(
     run with :class:`~funrl.agents.common.NonFiniteError` before its rows or a checkpoint are
     written, so the last checkpoint holds the last good state.
 
-    Under torchrun (:mod:`funrl.distributed`) the ``num_seeds`` seeds are sharded over the ranks,
-    each rank training its block with the keys one process would give those seeds; rank 0 gathers
-    metrics and checkpoints and writes the one run folder, the same files a single process writes.
+    ``sweep`` (``{name: values}``, names from the agent's ``SWEEPABLE``) trains every point of
+    :func:`sweep_grid` with every seed, point-major, as one vmapped batch (see the module's
+    docstring); a resumed run continues its own grid.
+
+    Under torchrun (:mod:`funrl.distributed`) the ``num_seeds`` seeds (times the grid points) are
+    sharded over the ranks, each rank training its block with the keys and hyper-parameters one
+    process would give those members; rank 0 gathers metrics and checkpoints and writes the one
+    run folder, the same files a single process writes.
     ``data_parallel`` instead trains one seed of an agent whose ``num_envs`` are spread over the
     ranks (an agent whose ``make_train`` takes ``data_parallel``); its checkpoint holds every
     rank's state (their environments differ), so it resumes on the same number of ranks. Each
@@ -346,7 +445,7 @@ def train_run(
     if distributed.is_first():
         try:
             *setup, agent = _start_run(
-                out, algo, config, seed, num_seeds, device, compile, resume, data_parallel
+                out, algo, config, seed, num_seeds, device, compile, resume, data_parallel, sweep
             )
         except (ValueError, TypeError) as exc:
             setup = exc
@@ -358,11 +457,14 @@ def train_run(
     dp = distributed.data_parallel() if data_parallel else None
     if agent is None or distributed.world_size() > 1:
         agent = build_agent(algo, config, device, dp)
-    layout = _Layout(num_seeds, dp)
-    keys = _run_keys(config, seed, num_seeds)
+    members = _members(meta)
+    layout = _Layout(len(members), dp)
+    keys, hparams = _member_keys_and_hparams(config, meta)
     if keys.dim() == 2:
         keys = keys[layout.block.start : layout.block.stop]
-    state, run_key = common.init_state(agent, keys)
+        if hparams is not None:
+            hparams = {k: v[layout.block.start : layout.block.stop] for k, v in hparams.items()}
+    state, run_key = common.init_state(agent, keys, hparams)
     done = 0
     header = None
     if resume:
@@ -381,13 +483,14 @@ def train_run(
         from tqdm import tqdm
 
         ranks = f" on {layout.world_size} ranks" if layout.world_size > 1 else ""
+        points = f" x{len(members) // num_seeds} points" if meta.get("sweep") else ""
         bar = tqdm(
             total=agent.num_updates * agent.steps_per_update,
             initial=done * agent.steps_per_update,
             unit="step",
             unit_scale=True,
             dynamic_ncols=True,
-            desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}{ranks}",
+            desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}{points}{ranks}",
         )
     last_saved = [done]
     header_box = [header]
@@ -399,7 +502,7 @@ def train_run(
         last_saved[0] = update if save else last_saved[0]
         if host is None:  # not rank 0: it only contributed its share
             return
-        rows = _rows(host, update, agent.steps_per_update, num_seeds)
+        rows = _rows(host, update, agent.steps_per_update, members)
         if header_box[0] is None:
             header_box[0] = list(rows[0].keys())
             _write_metrics(out, rows, header_box[0], append=False)
@@ -457,11 +560,14 @@ def _start_run(
     compile: bool,
     resume: bool,
     data_parallel: bool,
+    sweep: Mapping[str, Sequence[float]] | None,
 ) -> tuple[str, Any, dict[str, Any], common.Agent | None]:
     """``(algo, config, meta, agent)`` of the run to train: read from ``out`` to resume (agent
     None), else checked by building the agent (a bad option or env id leaves no half-made run
     folder) and written to ``out/config.json``."""
     world = distributed.world_size()
+    if resume and sweep is not None:
+        raise RunError(f"sweep: a resumed run continues the grid in {out / CONFIG}; expected no sweep")
     if resume:
         algo, config, meta = read_run(out)
         if gymnasium_id(config.env_id) is not None:
@@ -485,7 +591,8 @@ def _start_run(
             raise RunError(
                 f"out: {out} already holds a run; pass --resume to continue it or pick another --out"
             )
-        _check_host_run(config, num_seeds, compile)
+        _check_host_run(config, num_seeds, compile, sweep)
+        sweep_grid(sweep)  # a malformed grid is an error before anything is built
         meta = {
             "algo": algo,
             "config": _config_to_json(config),
@@ -493,20 +600,27 @@ def _start_run(
             "num_seeds": num_seeds,
             "device": device,
         }
+        if sweep is not None:
+            meta["sweep"] = {name: [float(v) for v in values] for name, values in sweep.items()}
         if data_parallel:
             meta["data_parallel_ranks"] = world
+    if data_parallel and meta.get("sweep") is not None:
+        raise RunError("sweep: a data-parallel run trains one agent across the ranks; expected no sweep")
     if data_parallel and meta["num_seeds"] != 1:
         raise RunError(
             f"num_seeds: a data-parallel run trains one agent across the ranks; expected 1, "
             f"got {meta['num_seeds']} (shard seeds over ranks without data parallelism instead)"
         )
     if not data_parallel:
-        distributed.shard(meta["num_seeds"], 0, world)  # at least one seed per rank
+        what = "num_seeds x sweep points" if meta.get("sweep") else "num_seeds"
+        distributed.shard(len(_members(meta)), 0, world, what)  # at least one member per rank
     agent = None
     if not resume:
         # Built before anything is written, so a bad env id leaves no half-made run folder.
         dp = distributed.DataParallel(0, world) if data_parallel else None
         agent = build_agent(algo, config, device, dp)
+        if sweep is not None:
+            _check_sweep(agent, config, sweep)
         out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(meta, indent=2)
         atomic_write_bytes(out / CONFIG, lambda f: f.write(text.encode()))
@@ -514,16 +628,17 @@ def _start_run(
 
 
 class _Layout:
-    """Where a rank's share sits in the run's whole: its block of the seed dimension (sharded
-    seeds), or its row of a new leading rank dimension (data parallelism, whose ranks hold
-    different environments of one agent). One rank without data parallelism: the share is the whole."""
+    """Where a rank's share sits in the run's whole: its block of the member dimension (sharded
+    seeds, or grid points x seeds), or its row of a new leading rank dimension (data parallelism,
+    whose ranks hold different environments of one agent). One rank without data parallelism: the
+    share is the whole."""
 
-    def __init__(self, num_seeds: int, dp: distributed.DataParallel | None) -> None:
+    def __init__(self, num_members: int, dp: distributed.DataParallel | None) -> None:
         self.world_size = distributed.world_size()
         self.rank = distributed.rank()
         self.data_parallel = dp is not None
-        self.block = range(num_seeds) if dp else distributed.shard(num_seeds, self.rank, self.world_size)
-        self.num_seeds = num_seeds
+        self.block = range(num_members) if dp else distributed.shard(num_members, self.rank, self.world_size)
+        self.num_members = num_members
 
     def whole(self, shares: list[Any] | None) -> Any:
         if shares is None:
@@ -535,7 +650,7 @@ class _Layout:
     def whole_template(self, share: Any) -> Any:
         if self.data_parallel:
             return ftree.map(lambda x: x.new_empty((self.world_size, *x.shape), device="cpu"), share)
-        return ftree.map(lambda x: x.new_empty((self.num_seeds, *x.shape[1:]), device="cpu"), share)
+        return ftree.map(lambda x: x.new_empty((self.num_members, *x.shape[1:]), device="cpu"), share)
 
     def mine(self, whole: Any) -> Any:
         if self.data_parallel:
@@ -543,7 +658,7 @@ class _Layout:
         return ftree.map(lambda x: x[self.block.start : self.block.stop], whole)
 
     def metrics(self, shares: list[dict[str, torch.Tensor]] | None) -> dict[str, torch.Tensor] | None:
-        """All seeds' metrics ``[updates, seeds]``; a data-parallel update reports the same
+        """All members' metrics ``[updates, members]``; a data-parallel update reports the same
         (all-reduced) metrics on every rank, so rank 0's are the agent's."""
         if shares is None:
             return None
@@ -588,8 +703,8 @@ def load_run(out: Path, device: str | None = None) -> tuple[common.Agent, Any, d
     ranks = meta.get("data_parallel_ranks")
     agent = build_agent(algo, config, device)
     shaped = build_agent(algo, config, device, distributed.DataParallel(0, ranks)) if ranks else agent
-    keys = _run_keys(config, meta["seed"], meta["num_seeds"])
-    template = common.init_state(shaped, keys)
+    keys, hparams = _member_keys_and_hparams(config, meta)
+    template = common.init_state(shaped, keys, hparams)
     if ranks:
         template = ftree.map(lambda x: x.new_empty((ranks, *x.shape)), template)
     try:
@@ -604,7 +719,10 @@ def load_run(out: Path, device: str | None = None) -> tuple[common.Agent, Any, d
 def evaluate_run(
     out: Path, episodes: int = 20, device: str | None = None, seed: int = 1_000_003
 ) -> dict[str, Any]:
-    """Evaluate every seed's final checkpoint greedily for ``episodes`` episodes.
+    """Evaluate every member's final checkpoint greedily for ``episodes`` episodes.
+
+    ``per_seed`` holds each member's mean return in the run's order (a sweep's are point-major);
+    a sweep adds ``per_point``: each grid point's values and its seeds' mean return.
 
     A ``gym:ID`` run is evaluated on a fresh ``from_gymnasium(ID, num_envs)`` env, ``num_envs``
     episodes at a time (a host env runs all its envs at once and cannot be resized); the first
@@ -631,8 +749,13 @@ def evaluate_run(
             returns = common.evaluate(agent, params, key, episodes)
         per_seed.append(float(returns.mean()))
     t = torch.tensor(per_seed)
-    return {
+    result: dict[str, Any] = {
         "mean_return": float(t.mean()),
         "std_return": float(t.std(correction=0)) if len(per_seed) > 1 else 0.0,
         "per_seed": per_seed,
     }
+    if meta.get("sweep") is not None:
+        by_point = t.reshape(-1, meta["num_seeds"]).mean(dim=1).tolist()
+        points = sweep_grid(meta["sweep"])
+        result["per_point"] = [{**p, "mean_return": r} for p, r in zip(points, by_point, strict=True)]
+    return result
