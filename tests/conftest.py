@@ -1,4 +1,13 @@
-"""Shared test settings: reproducible hypothesis runs, single-threaded torch for stable timing-free tests."""
+"""Shared test settings: reproducible hypothesis runs, single-threaded torch for stable timing-free
+tests, and the files that compile or train run first.
+
+CI runs ``pytest -n 2 --dist loadfile``: each file goes whole to one worker, taken from a queue
+as a worker runs dry, with no stealing. A long file taken last keeps one worker busy while the
+other waits, so the queue starts with the files that hold ``slow`` tests (they compile or train)
+and ends with the quick ones, which even out the two workers' finish. pyproject's
+``--no-loadscope-reorder`` keeps pytest-xdist from re-sorting the queue by test count, which would
+put the one-test compiled files last.
+"""
 
 import os
 import tempfile
@@ -10,6 +19,7 @@ os.environ.setdefault(
     os.path.join(tempfile.gettempdir(), f"funrl-inductor-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
 )
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -25,3 +35,14 @@ settings.register_profile(
 settings.load_profile("funrl")
 
 torch.set_num_threads(1)
+
+
+def slow_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the files that hold a ``slow`` test first; files keep their relative order
+    and each file's tests theirs (a file stays one contiguous block, as ``loadfile`` needs)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    return sorted(items, key=lambda item: item.path not in slow_files)  # stable: False sorts first
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items[:] = slow_files_first(items)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,6 +43,7 @@ def _tour() -> str:
     return block
 
 
+@pytest.mark.slow  # the tour compiles an update step and trains PPO
 def test_readme_tour_runs_verbatim(tmp_path) -> None:
     """The tour runs as a user pastes it: a fresh interpreter, the block as it stands."""
     script = tmp_path / "tour.py"
