@@ -62,16 +62,6 @@ def test_a_single_agent_env_is_a_clear_error() -> None:
         mappo.make_train(TINY, env=single)
 
 
-def test_several_teams_or_continuous_actions_are_clear_errors() -> None:
-    with pytest.raises(
-        ValueError, match=r"env_id: expected an env with one team .*teams \['adversary', 'agent'\]"
-    ):
-        mappo.make_train(dataclasses.replace(TINY, env_id="mpe:simple_tag"))
-    continuous = dataclasses.replace(TINY, env_kwargs=(("continuous_actions", True),))
-    with pytest.raises(ValueError, match=r"env_id: mappo takes discrete actions, got Box"):
-        mappo.make_train(continuous)
-
-
 def test_unknown_hyperparameter_is_a_clear_error(agent: common.Agent) -> None:
     with pytest.raises(ValueError, match=r"hparams: unknown \['lr'\]; sweepable: \['learning_rate'"):
         agent.init(random.key(0), lr=1e-3)
@@ -84,29 +74,30 @@ def test_shared_params_have_one_set_and_independent_params_one_per_agent() -> No
     shared = mappo.make_train(TINY).init(random.key(0))
     independent = mappo.make_train(dataclasses.replace(TINY, share_params=False)).init(random.key(0))
     obs_dim, state_dim, agents = 18, 54, 3
-    assert shared.params["actor"]["0.weight"].shape == (16, obs_dim)
-    assert shared.params["critic"]["0.weight"].shape == (16, state_dim + agents)  # global state, agent id
-    for name, leaf in shared.params["actor"].items():
-        assert independent.params["actor"][name].shape == (agents, *leaf.shape)
-    for name, leaf in shared.params["critic"].items():
-        assert independent.params["critic"][name].shape == (agents, *leaf.shape)
+    assert shared.params["agent"]["actor"]["mlp.0.weight"].shape == (16, obs_dim)
+    # The centralised critic sees the global state and a one-hot agent id.
+    assert shared.params["agent"]["critic"]["0.weight"].shape == (16, state_dim + agents)
+    for net in ("actor", "critic"):
+        for name, leaf in shared.params["agent"][net].items():
+            assert independent.params["agent"][net][name].shape == (agents, *leaf.shape)
     first, second = (tree.index(independent.params, i) for i in (0, 1))
-    assert not torch.equal(first["actor"]["0.weight"], second["actor"]["0.weight"])
+    assert not torch.equal(first["agent"]["actor"]["mlp.0.weight"], second["agent"]["actor"]["mlp.0.weight"])
     ippo = mappo.make_train(dataclasses.replace(TINY, centralised_critic=False)).init(random.key(0))
-    assert ippo.params["critic"]["0.weight"].shape == (16, obs_dim)  # each agent's own observation
+    assert ippo.params["agent"]["critic"]["0.weight"].shape == (16, obs_dim)  # each agent's own observation
 
 
 @pytest.mark.parametrize("share_params", [True, False])
 def test_greedy_action_of_the_team_equals_a_loop_over_agents(share_params: bool) -> None:
     agent = mappo.make_train(dataclasses.replace(TINY, share_params=share_params))
     state = agent.init(random.key(1))
-    actor = nets.MLP(18, TINY.hidden_sizes, 5)
-    obs = state.obs  # [N, A, D]
+    actor = nets.DiscreteActor(18, 5, TINY.hidden_sizes)
+    obs = state.obs.unflatten(-1, (3, 18))  # packed [N, A * D]
     logits = []
     for i in range(3):
-        params = state.params["actor"] if share_params else tree.index(state.params["actor"], i)
+        team = state.params["agent"]["actor"]
+        params = team if share_params else tree.index(team, i)
         logits.append(nets.apply(actor, params, obs[:, i]))
-    assert torch.equal(agent.greedy_action(state.params, obs), torch.stack(logits, 1).argmax(-1))
+    assert torch.equal(agent.greedy_action(state.params, state.obs), torch.stack(logits, 1).argmax(-1))
 
 
 def test_update_is_pure(agent: common.Agent) -> None:
@@ -117,7 +108,7 @@ def test_update_is_pure(agent: common.Agent) -> None:
     b, metrics_b = agent.update(state, key)
     assert tree.tree_equal(state, before), "update mutated its input state"
     assert tree.tree_equal(a, b) and tree.tree_equal(metrics_a, metrics_b)
-    assert int(a.update_count) == 1 and a.obs.shape == (2, 3, 18)
+    assert int(a.update_count) == 1 and a.obs.shape == (2, 3 * 18)
 
 
 @pytest.mark.parametrize("share_params", [True, False])
@@ -151,20 +142,48 @@ def test_learning_rate_sweep_equals_single_runs(agent: common.Agent) -> None:
 # -- the team view: episode statistics and evaluation ------------------------------------------
 
 
-def test_team_episode_return_sums_every_agents_rewards_over_the_episode() -> None:
-    env, params = mappo.make_team_env("mpe:simple_spread", {})
+def test_teams_env_packs_every_team_in_agent_order_and_sums_each_agents_episode() -> None:
+    env, params = mappo.make_teams_env("mpe:simple_tag", {})
+    adversary, agent = env.teams
+    assert (adversary.name, adversary.num_agents, adversary.obs_dim) == ("adversary", 3, 16)
+    assert adversary.agents == slice(0, 3)
+    assert (agent.name, agent.num_agents, agent.obs_dim, agent.agents) == ("agent", 1, 14, slice(3, 4))
     obs, state = env.reset(random.key(0), params)
-    total = torch.zeros(())
+    ref_obs, ref_state = env.env.reset(random.key(0), params)
+    assert obs.shape == (3 * 16 + 14,)
+    assert torch.equal(adversary.split_obs(obs), ref_obs["adversary"])
+    assert torch.equal(agent.split_obs(obs), ref_obs["agent"])
+    per_agent = torch.zeros(4)
     for t in range(25):
-        action = random.randint(random.fold_in(random.key(1), t), (3,), 0, 5)
-        obs, state, reward, terminated, truncated, info = env.step(
-            random.fold_in(random.key(2), t), state, action, params
+        action = random.randint(random.fold_in(random.key(1), t), (4,), 0, 5)
+        key = random.fold_in(random.key(2), t)
+        obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
+        ref_obs, ref_state, ref_reward, *_ = env.env.step(
+            key, ref_state, {"adversary": action[:3], "agent": action[3:]}, params
         )
-        assert reward.shape == (3,) and obs.shape == (3, 18) and info["global_state"].shape == (54,)
-        total = total + reward.sum()
+        assert torch.equal(obs, torch.cat([ref_obs["adversary"].flatten(), ref_obs["agent"].flatten()]))
+        assert torch.equal(reward, torch.cat([ref_reward["adversary"], ref_reward["agent"]]))
+        assert terminated.shape == truncated.shape == (4,) and info["global_state"].shape == (62,)
+        per_agent += reward
         assert bool(info["returned_episode"]) == (t == 24)
-    torch.testing.assert_close(info["returned_episode_return"], total)
-    assert int(info["returned_episode_length"]) == 25 and float(state.episode_return) == 0.0
+    torch.testing.assert_close(info["returned_agent_returns"], per_agent)
+    torch.testing.assert_close(info["returned_episode_return"], per_agent.sum())
+    assert int(info["returned_episode_length"]) == 25 and not bool(state.episode_return.any())
+
+
+def test_continuous_teams_pack_each_agents_action_vector() -> None:
+    env, _ = mappo.make_teams_env("mpe:simple_speaker_listener_continuous", {})
+    speaker, listener = env.teams
+    assert speaker.action_space.shape == (3,) and listener.action_space.shape == (5,)
+    space = env.action_space()
+    assert space.shape == (8,) and space.dtype == torch.float32
+    actions = {"speaker": torch.rand(2, 1, 3), "listener": torch.rand(2, 1, 5)}
+    packed = env.pack_actions(actions)
+    assert packed.shape == (2, 8)
+    assert torch.equal(speaker.split_actions(packed), actions["speaker"])
+    assert torch.equal(listener.split_actions(packed), actions["listener"])
+    with pytest.raises(ValueError, match=r"action: expected shape \[8\] .*got \[7\]"):
+        env.step(random.key(0), env.reset(random.key(0), env.default_params)[1], torch.rand(7))
 
 
 def test_evaluate_runs_one_fresh_env_per_episode(agent: common.Agent) -> None:

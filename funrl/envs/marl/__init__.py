@@ -40,7 +40,10 @@ The contract is funrl's single-agent one (``funrl.envs.core``) with teams of age
 
 The Multi-Particle Environments (mpe2's semantics and defaults, one file each on the shared
 ``physics`` and ``mpe`` modules): ``simple_spread``, ``simple_tag``, ``simple_adversary``,
-``simple_reference``, ``simple_speaker_listener``, ``simple_push``.
+``simple_reference``, ``simple_speaker_listener``, ``simple_push`` (:data:`SCENARIOS`). Each is
+also registered as ``<id>_continuous``: ``make("simple_tag_continuous")`` is
+``make("simple_tag", continuous_actions=True)``, so that an id alone (``funrl train mappo --env
+mpe:simple_tag_continuous``) names either action variant.
 
 Bridges: ``to_pettingzoo(env_id_or_env, params=None)`` is a PettingZoo ``ParallelEnv`` of a funrl
 env; ``from_pettingzoo(parallel_env)`` puts any PettingZoo parallel env behind this contract, in
@@ -60,6 +63,34 @@ from funrl.envs.marl.simple_reference import SimpleReference, SimpleReferencePar
 from funrl.envs.marl.simple_speaker_listener import SimpleSpeakerListener  # noqa: E402  isort: skip
 from funrl.envs.marl.simple_push import SimplePush  # noqa: E402  isort: skip
 
+SCENARIOS = (
+    "simple_spread",
+    "simple_tag",
+    "simple_adversary",
+    "simple_reference",
+    "simple_speaker_listener",
+    "simple_push",
+)
+"""The six Multi-Particle Environments; each is also registered as ``<id>_continuous``."""
+
+
+def _continuous_variant(scenario: str):  # noqa: ANN202
+    def make_continuous(**kwargs: object) -> tuple[MPEEnvironment, MPEParams]:
+        if "continuous_actions" in kwargs:
+            raise TypeError(
+                f"{scenario}_continuous: continuous_actions is fixed to True; "
+                f"got continuous_actions={kwargs['continuous_actions']!r} (make {scenario!r} instead)"
+            )
+        return make(scenario, continuous_actions=True, **kwargs)
+
+    return make_continuous
+
+
+# An id alone names an env on the command line (``--env mpe:simple_tag_continuous``), so each
+# scenario's continuous-action variant gets an id of its own.
+for _scenario in SCENARIOS:
+    register(f"{_scenario}_continuous", _continuous_variant(_scenario))
+
 __all__ = [
     "BatchedMultiAgentEnv",
     "Entity",
@@ -67,6 +98,7 @@ __all__ = [
     "MPEParams",
     "MPEState",
     "MultiAgentEnv",
+    "SCENARIOS",
     "SimpleAdversary",
     "SimplePush",
     "SimpleReference",
