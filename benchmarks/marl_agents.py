@@ -1,15 +1,17 @@
-"""MAPPO (or IPPO) on simple_spread: time to result, against TorchRL's MAPPO example on VMAS.
+"""MAPPO (or IPPO) on an MPE scenario: time to result, against TorchRL's MAPPO example on VMAS.
 
 funrl's side trains ``--seeds`` seeds at once (vmapped) for ``--total-steps`` env steps per seed
 and reports the whole-process times (building the agent, the first update with its compile, the
-rest of training), env steps per second and the team return of the last updates and of a greedy
-evaluation, against a uniformly random policy's return on the same evaluation keys.
+rest of training), env steps per second and the return (the sum over every agent) of the last
+updates and of a greedy evaluation, with each team's share, against a uniformly random policy's
+on the same evaluation keys. ``--env`` takes any multi-agent id (``mpe:simple_tag``,
+``mpe:simple_spread_continuous``, ...); the peer runs for simple_spread only.
 
 The peer is TorchRL's ``sota-implementations/multiagent/mappo_ippo.py`` on VMAS, run as shipped
 (a hydra script with its ``mappo_ippo.yaml``) with the same env-step budget. Where it cannot run
 (no ``hydra``, no config file beside the script, no ``vmas``), the table says why.
 
-    python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--no-compile]
+    python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--env mpe:simple_tag] [--no-compile]
 """
 
 from __future__ import annotations
@@ -24,26 +26,21 @@ from pathlib import Path
 
 import torch
 
-from funrl import random
+from funrl import random, tree
 from funrl.agents import common, mappo
 
 
-def random_policy_return(agent: common.Agent, key: torch.Tensor, episodes: int) -> float:
-    """Mean team return of uniformly random actions on ``episodes`` fresh envs from ``key``."""
-    env = common.with_num_envs(agent.env, episodes)
-    obs, state = env.reset(key, agent.env_params)
-    total = torch.zeros(episodes)
-    for t in range(agent.env_params.max_steps_in_episode):
-        action = random.randint(random.fold_in(random.key(7), t), obs.shape[:-1], 0, 5)
-        obs, state, reward, *_ = env.step(random.fold_in(key, t), state, action, agent.env_params)
-        total += reward.sum(-1)
-    return float(total.mean())
+def mean_team_returns(agent: common.Agent, policy, key: torch.Tensor, episodes: int) -> dict[str, float]:  # noqa: ANN001
+    """Each team's mean return over ``episodes`` fresh envs from ``key`` under ``policy``."""
+    return {team: float(r.mean()) for team, r in mappo.evaluate_teams(agent, policy, key, episodes).items()}
 
 
 def funrl_run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     config_type = mappo.MAPPOConfig if args.algo == "mappo" else mappo.IPPOConfig
-    agent = mappo.make_train(config_type(total_steps=args.total_steps, learning_rate=args.lr))
+    agent = mappo.make_train(
+        config_type(env_id=args.env, total_steps=args.total_steps, learning_rate=args.lr)
+    )
     keys = common.seed_keys(0, args.seeds)
     state, run_key = common.init_state(agent, keys)
     t1 = time.perf_counter()
@@ -53,22 +50,26 @@ def funrl_run(args: argparse.Namespace) -> dict:
     t2 = time.perf_counter()
     state, rest = common.train(agent, keys, compile=not args.no_compile, state=state, run_key=run_key)
     t3 = time.perf_counter()
-    returns = rest["episode_return"][-10:].nanmean(0)
+    last = {name: rest[name][-10:].nanmean(0).tolist() for name in rest if name.startswith("episode_return")}
     key = random.key(1_000_003)
-    params = [
-        {k: {n: v[i] for n, v in p.items()} for k, p in state.params.items()} for i in range(args.seeds)
-    ]
+    params = tree.unstack(state.params)
     greedy = [float(common.evaluate(agent, p, key, args.eval_episodes).mean()) for p in params]
+    greedy_teams = [
+        mean_team_returns(agent, mappo.greedy_policy(agent, p), key, args.eval_episodes) for p in params
+    ]
     return {
-        "peer": f"funrl {args.algo}" + (" (eager)" if args.no_compile else ""),
+        "peer": f"funrl {args.algo} on {args.env}" + (" (eager)" if args.no_compile else ""),
         "setup_s": t1 - t0,
         "first_update_s": t2 - t1,
         "train_s": t3 - t2,
         "total_s": t3 - t0,
         "env_steps_per_s": args.seeds * args.total_steps / (t3 - t1),
-        "last_10_updates_return_per_seed": returns.tolist(),
+        "last_10_updates_return_per_seed": last,
         "greedy_return_per_seed": greedy,
-        "random_policy_return": random_policy_return(agent, key, args.eval_episodes),
+        "greedy_team_returns_per_seed": greedy_teams,
+        "random_policy_team_returns": mean_team_returns(
+            agent, mappo.uniform_policy(agent), key, args.eval_episodes
+        ),
     }
 
 
@@ -115,6 +116,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--algo", choices=("mappo", "ippo"), default="mappo")
+    parser.add_argument("--env", default="mpe:simple_spread", help="a multi-agent id (funrl.envs.marl)")
     parser.add_argument("--total-steps", type=int, default=1_000_000, help="env steps per seed")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--lr", type=float, default=mappo.MAPPOConfig.learning_rate)
@@ -123,7 +125,7 @@ def main() -> None:
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
     results = [funrl_run(args)]
-    if not args.skip_peer:
+    if not args.skip_peer and args.env.removeprefix("mpe:") == "simple_spread":
         results.append(torchrl_run(args))
     for result in results:
         print(json.dumps(result))

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -68,7 +69,14 @@ import torch
 from funrl import envs, nets, optim, random
 from funrl import losses as L
 from funrl import tree as ftree
-from funrl.agents.common import Agent, episode_metrics, float32_tensors, static_key, sweepable_values
+from funrl.agents.common import (
+    Agent,
+    episode_metrics,
+    float32_tensors,
+    static_key,
+    sweepable_values,
+    with_num_envs,
+)
 from funrl.agents.registry import register_agent
 from funrl.control import scan
 from funrl.envs import marl
@@ -86,9 +94,12 @@ __all__ = [
     "MAPPOTrainState",
     "Team",
     "TeamsEnvironment",
+    "evaluate_teams",
+    "greedy_policy",
     "learning_rate",
     "make_teams_env",
     "make_train",
+    "uniform_policy",
 ]
 
 
@@ -122,6 +133,11 @@ class MAPPOConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if self.steps_per_update % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches: expected a divisor of num_envs * num_steps = {self.steps_per_update}, "
+                f"got {self.num_minibatches}"
+            )
         if self.total_steps < self.steps_per_update:
             raise ValueError(
                 f"total_steps: expected at least num_envs * num_steps = {self.steps_per_update}, "
@@ -663,6 +679,55 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         device=device,
         static_key=static_key(name, config, SWEEPABLE, env, device),
     )
+
+
+def evaluate_teams(
+    agent: Agent,
+    policy: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    key: torch.Tensor,
+    episodes: int,
+) -> dict[str, torch.Tensor]:
+    """Each team's undiscounted return, ``team -> [episodes]``, of one episode on each of
+    ``episodes`` fresh environments.
+
+    ``policy(key, obs) -> action`` maps the packed observations ``[episodes, O]`` to packed
+    actions ``[episodes, P]`` (:func:`greedy_policy`, :func:`uniform_policy`). The environments
+    are reset and stepped with the keys :func:`funrl.agents.common.evaluate` uses, so the greedy
+    policy's team returns sum to its returns.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes: expected a positive int, got {episodes!r}")
+    env = with_num_envs(agent.env, episodes)
+    teams_env = env.env
+    key = key.to(agent.device)
+    key_policy = random.split(key)[0]
+    obs, env_state = env.reset(key, agent.env_params)
+    returns = torch.zeros(episodes, teams_env.num_agents, device=agent.device)
+    finished = torch.zeros(episodes, dtype=torch.bool, device=agent.device)
+    for t in range(agent.env_params.max_steps_in_episode + 1):
+        with torch.no_grad():
+            action = policy(random.fold_in(key_policy, t), obs)
+        obs, env_state, _, _, _, info = env.step(random.fold_in(key, t), env_state, action, agent.env_params)
+        ended = info["returned_episode"] & ~finished
+        returns = torch.where(ended.unsqueeze(-1), info["returned_agent_returns"], returns)
+        finished = finished | info["returned_episode"]
+        if bool(finished.all()):
+            break
+    return {team.name: returns[:, team.agents].sum(-1) for team in teams_env.teams}
+
+
+def greedy_policy(
+    agent: Agent, params: dict[str, Any]
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``policy(key, obs)``: every agent's most likely action under ``params`` (one seed's)."""
+    return lambda key, obs: agent.greedy_action(params, obs)
+
+
+def uniform_policy(agent: Agent) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``policy(key, obs)``: every agent's action uniform over its action space (the baseline a
+    trained team must beat)."""
+    space = agent.env.action_space(agent.env_params)
+    return lambda key, obs: torch.func.vmap(space.sample)(random.split(key, obs.shape[0]))
 
 
 # Per-team returns are NaN in an update where no episode ended, as episode_return is; the teams

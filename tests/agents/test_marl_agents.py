@@ -45,6 +45,7 @@ def agent() -> common.Agent:
         ({"total_steps": 10}, r"total_steps: expected at least num_envs \* num_steps = 400, got 10"),
         ({"gamma": 1.5}, r"gamma: expected a value in \[0, 1\], got 1.5"),
         ({"num_envs": 0}, r"num_envs: expected a positive int, got 0"),
+        ({"num_envs": 1}, r"num_minibatches: expected a divisor of num_envs \* num_steps = 25, got 2"),
         ({"share_params": "yes"}, r"share_params: expected a bool, got 'yes'"),
         ({"learning_rate": 0.0}, r"learning_rate: expected a value > 0, got 0.0"),
     ],
