@@ -87,18 +87,70 @@ def test_shared_params_have_one_set_and_independent_params_one_per_agent() -> No
     assert ippo.params["agent"]["critic"]["0.weight"].shape == (16, obs_dim)  # each agent's own observation
 
 
-@pytest.mark.parametrize("share_params", [True, False])
-def test_greedy_action_of_the_team_equals_a_loop_over_agents(share_params: bool) -> None:
-    agent = mappo.make_train(dataclasses.replace(TINY, share_params=share_params))
+def test_every_team_has_its_own_actor_critic_and_optimisers() -> None:
+    config = dataclasses.replace(TINY, env_id="mpe:simple_tag")
+    shared = mappo.make_train(config).init(random.key(0))
+    independent = mappo.make_train(dataclasses.replace(config, share_params=False)).init(random.key(0))
+    state_dim = 3 * 16 + 14
+    for team, agents, obs_dim in (("adversary", 3, 16), ("agent", 1, 14)):
+        assert shared.params[team]["actor"]["mlp.0.weight"].shape == (16, obs_dim)
+        assert shared.params[team]["critic"]["0.weight"].shape == (16, state_dim + agents)
+        assert independent.params[team]["actor"]["mlp.0.weight"].shape == (agents, 16, obs_dim)
+        assert set(shared.opt_state[team]) == {"actor", "critic"}
+    assert not torch.equal(
+        shared.params["adversary"]["actor"]["mlp.2.weight"], shared.params["agent"]["actor"]["mlp.2.weight"]
+    )
+    ippo = mappo.make_train(dataclasses.replace(config, centralised_critic=False)).init(random.key(0))
+    assert ippo.params["agent"]["critic"]["0.weight"].shape == (16, 14)
+
+
+@pytest.mark.parametrize(
+    "env_id, share_params",
+    [("mpe:simple_tag", True), ("mpe:simple_tag", False), ("mpe:simple_speaker_listener_continuous", False)],
+)
+def test_greedy_action_of_every_team_equals_a_loop_over_its_agents(env_id: str, share_params: bool) -> None:
+    agent = mappo.make_train(dataclasses.replace(TINY, env_id=env_id, share_params=share_params))
     state = agent.init(random.key(1))
-    actor = nets.DiscreteActor(18, 5, TINY.hidden_sizes)
-    obs = state.obs.unflatten(-1, (3, 18))  # packed [N, A * D]
-    logits = []
-    for i in range(3):
-        team = state.params["agent"]["actor"]
-        params = team if share_params else tree.index(team, i)
-        logits.append(nets.apply(actor, params, obs[:, i]))
-    assert torch.equal(agent.greedy_action(state.params, state.obs), torch.stack(logits, 1).argmax(-1))
+    teams_env = agent.env.env
+    expected = {}
+    for team in teams_env.teams:
+        space = team.action_space
+        if teams_env.continuous:
+            actor = nets.GaussianActor(team.obs_dim, space.shape[0], TINY.hidden_sizes)
+        else:
+            actor = nets.DiscreteActor(team.obs_dim, space.n, TINY.hidden_sizes)
+        obs = team.split_obs(state.obs)  # [N, A_team, D_team]
+        per_agent = []
+        for i in range(team.num_agents):
+            params = state.params[team.name]["actor"]
+            params = params if share_params else tree.index(params, i)
+            out = nets.apply(actor, params, obs[:, i])
+            per_agent.append(out[0] if teams_env.continuous else out.argmax(-1))  # the mean, or the mode
+        expected[team.name] = torch.stack(per_agent, 1)
+    torch.testing.assert_close(agent.greedy_action(state.params, state.obs), teams_env.pack_actions(expected))
+
+
+@pytest.mark.parametrize(
+    "env_id, entropy",
+    [
+        ("mpe:simple_push", lambda: math.log(5)),
+        # A unit-variance Gaussian over 5 action values: 5 * (1/2 + log(2 pi)/2).
+        ("mpe:simple_push_continuous", lambda: 5 * (0.5 + 0.5 * math.log(2 * math.pi))),
+    ],
+)
+def test_the_action_space_picks_a_categorical_or_a_gaussian_actor(env_id: str, entropy: Any) -> None:
+    """One small gradient step from init: the policies' entropy is still the initial one, nearly
+    uniform logits or the Gaussian's unit scale (log-std 0)."""
+    config = dataclasses.replace(TINY, env_id=env_id, update_epochs=1, num_minibatches=1, learning_rate=1e-5)
+    agent = mappo.make_train(config)
+    state = agent.init(random.key(0))
+    new_state, metrics = agent.update(state, random.key(1))
+    assert float(metrics["entropy"]) == pytest.approx(entropy(), abs=0.01)
+    actions = agent.greedy_action(state.params, state.obs)
+    assert actions.dtype == (torch.float32 if "continuous" in env_id else torch.int64)
+    if "continuous" in env_id:
+        assert torch.equal(state.params["agent"]["actor"]["log_std"], torch.zeros(5))
+        assert not torch.equal(new_state.params["agent"]["actor"]["log_std"], torch.zeros(5))
 
 
 def test_update_is_pure(agent: common.Agent) -> None:
@@ -112,15 +164,18 @@ def test_update_is_pure(agent: common.Agent) -> None:
     assert int(a.update_count) == 1 and a.obs.shape == (2, 3 * 18)
 
 
-@pytest.mark.parametrize("share_params", [True, False])
-def test_vmapped_seeds_equal_single_runs(share_params: bool) -> None:
-    agent = mappo.make_train(dataclasses.replace(TINY, share_params=share_params))
+@pytest.mark.parametrize(
+    "env_id, share_params",
+    [("mpe:simple_spread", True), ("mpe:simple_spread", False), ("mpe:simple_push_continuous", False)],
+)
+def test_vmapped_seeds_equal_single_runs(env_id: str, share_params: bool) -> None:
+    agent = mappo.make_train(dataclasses.replace(TINY, env_id=env_id, share_params=share_params))
     keys = common.seed_keys(0, 2)
     state_v, metrics_v = common.train(agent, keys, compile=False, num_updates=3)
     for i in range(2):
         state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=3)
         assert_trees_close(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
-        for name in ("loss", "episode_return", "value_loss"):
+        for name in ("loss", "value_loss", *(k for k in metrics_i if k.startswith("episode_return"))):
             torch.testing.assert_close(
                 metrics_v[name][:, i], metrics_i[name], rtol=1e-4, atol=1e-5, equal_nan=True
             )
@@ -192,6 +247,52 @@ def test_evaluate_runs_one_fresh_env_per_episode(agent: common.Agent) -> None:
     returns = common.evaluate(agent, state.params, random.key(5), episodes=3)
     assert returns.shape == (3,) and bool(torch.isfinite(returns).all())
     assert bool((returns < 0).all())  # simple_spread's rewards are distances and collisions
+
+
+def test_each_teams_return_is_reported_and_they_sum_to_the_episode_return() -> None:
+    config = dataclasses.replace(TINY, env_id="mpe:simple_tag", num_steps=25, total_steps=50)
+    agent = mappo.make_train(config)
+    state, metrics = agent.update(agent.init(random.key(0)), random.key(1))
+    assert int(metrics["episodes"]) == 2  # each env ended one 25-step episode
+    torch.testing.assert_close(
+        metrics["episode_return/adversary"] + metrics["episode_return/agent"], metrics["episode_return"]
+    )
+    assert float(metrics["episode_return/adversary"]) >= 0.0  # catches only, never a penalty
+    key = random.key(5)
+    teams = mappo.evaluate_teams(agent, mappo.greedy_policy(agent, state.params), key, episodes=3)
+    assert set(teams) == {"adversary", "agent"} and teams["agent"].shape == (3,)
+    total = common.evaluate(agent, state.params, key, episodes=3)
+    torch.testing.assert_close(teams["adversary"] + teams["agent"], total)
+    uniform = mappo.evaluate_teams(agent, mappo.uniform_policy(agent), key, episodes=3)
+    assert not torch.equal(uniform["agent"], teams["agent"])
+
+
+class TwoKinds(MultiAgentEnv):
+    """A discrete team and a continuous one, or image observations: what TeamsEnvironment refuses."""
+
+    agents = ("mover_0", "pointer_0")
+    default_params = None
+
+    def __init__(self, image_obs: bool = False) -> None:
+        self.obs_shape = (3, 4, 4) if image_obs else (2,)
+        self.pointer_space = envs.Discrete(2) if image_obs else envs.Box(0.0, 1.0, (2,))
+
+    def observation_spaces(self, params: Any = None) -> dict[str, envs.Space]:
+        return {team: envs.Box(-1.0, 1.0, self.obs_shape) for team in ("mover", "pointer")}
+
+    def action_spaces(self, params: Any = None) -> dict[str, envs.Space]:
+        return {"mover": envs.Discrete(3), "pointer": self.pointer_space}
+
+
+def test_mixed_action_kinds_and_unflat_observations_are_clear_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"env_id: expected every team .*got \{'mover': 'Discrete', 'pointer': 'Box'\}"
+    ):
+        mappo.make_train(TINY, env=TwoKinds())
+    with pytest.raises(
+        ValueError, match=r"env_id: expected flat observations \[D\] for team 'mover' .*\[3, 4, 4\]"
+    ):
+        mappo.make_train(TINY, env=TwoKinds(image_obs=True))
 
 
 # -- compiled equals eager ------------------------------------------------------------------
