@@ -3,7 +3,9 @@
 ``torchrun(P, ARGS)`` runs ``python -m torch.distributed.run --standalone --nproc-per-node P
 ARGS``: torchrun's own launcher, with a rendezvous on a free local port, one thread per rank.
 ``TRAIN_RUN`` is a script that calls :func:`funrl.agents.run.train_run` with the keyword
-arguments given as JSON, for the options the command line does not have (``stop_after``).
+arguments given as JSON, for the options the command line does not have (``stop_after``, the
+agent's config fields: ``config``, lists as tuples; ``agent_files`` to import first, which
+register agents of their own).
 """
 
 from __future__ import annotations
@@ -17,13 +19,18 @@ from pathlib import Path
 from typing import Any
 
 TRAIN_RUN = """
-import json, sys
+import importlib, json, sys
 from pathlib import Path
-from funrl.agents import ppo, run
+from funrl.agents import run
 
 kwargs = json.loads(sys.argv[1])
-config = ppo.PPOConfig(**kwargs.pop("config")) if "config" in kwargs else None
-run.train_run(kwargs.pop("algo", "ppo"), config, Path(kwargs.pop("out")), progress=False, **kwargs)
+for path in kwargs.pop("agent_files", []):  # a user's agent file registers its agent on import
+    sys.path.insert(0, str(Path(path).parent))
+    importlib.import_module(Path(path).stem)
+algo = kwargs.pop("algo", "ppo")
+fields = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.pop("config", {}).items()}
+config = run.agent_spec(algo).config_type(**fields)
+run.train_run(algo, config, Path(kwargs.pop("out")), progress=False, **kwargs)
 """
 
 
@@ -57,8 +64,8 @@ def torchrun(
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def train_run(nproc: int, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess:
+def train_run(nproc: int, cwd: Path, timeout: float = 300, **kwargs: Any) -> subprocess.CompletedProcess:
     """:data:`TRAIN_RUN` with ``kwargs`` on ``nproc`` ranks."""
     script = cwd / "train_run.py"
     script.write_text(TRAIN_RUN)
-    return torchrun(nproc, str(script), json.dumps(kwargs), cwd=cwd)
+    return torchrun(nproc, str(script), json.dumps(kwargs), cwd=cwd, timeout=timeout)
