@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from funrl import envs, nets, random, tree
+from funrl.__main__ import main as cli_main
 from funrl.agents import common, mappo, run
+from funrl.envs import marl
 from funrl.envs.marl import MultiAgentEnv
 from funrl.testing import assert_trees_close
 
@@ -140,12 +142,15 @@ def test_greedy_action_of_every_team_equals_a_loop_over_its_agents(env_id: str, 
 )
 def test_the_action_space_picks_a_categorical_or_a_gaussian_actor(env_id: str, entropy: Any) -> None:
     """One small gradient step from init: the policies' entropy is still the initial one, nearly
-    uniform logits or the Gaussian's unit scale (log-std 0)."""
+    uniform logits or the Gaussian's unit scale (log-std 0), and every team's loss sees the
+    log-probs its agents acted with (ratio 1 at the rollout's params)."""
     config = dataclasses.replace(TINY, env_id=env_id, update_epochs=1, num_minibatches=1, learning_rate=1e-5)
     agent = mappo.make_train(config)
     state = agent.init(random.key(0))
     new_state, metrics = agent.update(state, random.key(1))
     assert float(metrics["entropy"]) == pytest.approx(entropy(), abs=0.01)
+    assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-5)
+    assert float(metrics["clip_fraction"]) == 0.0
     actions = agent.greedy_action(state.params, state.obs)
     assert actions.dtype == (torch.float32 if "continuous" in env_id else torch.int64)
     if "continuous" in env_id:
@@ -306,55 +311,67 @@ class LineState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class LineParams:
-    max_steps_in_episode: int = 4
+    max_steps_in_episode: int = 2
 
 
 class Line(MultiAgentEnv):
-    """Two walkers on a line, each rewarded by its distance to its own target: a multi-agent env
-    small enough for a cheap compile of the agent's whole update."""
+    """Two walkers and a leader on a line, each rewarded by its distance to its own target and
+    moved by a continuous action (the leader's is the sum of two values): two teams of Gaussian
+    actors with different action shapes, small enough for a cheap compile of the whole update."""
 
-    agents = ("walker_0", "walker_1")
+    agents = ("walker_0", "walker_1", "leader_0")
     default_params = LineParams()
+    action_sizes = {"walker": 1, "leader": 2}
 
     def observation_spaces(self, params: Any = None) -> dict[str, envs.Space]:
-        return {"walker": envs.Box(-math.inf, math.inf, (2,))}
+        return {team: envs.Box(-math.inf, math.inf, (2,)) for team in self.action_sizes}
 
     def action_spaces(self, params: Any = None) -> dict[str, envs.Space]:
-        return {"walker": envs.Discrete(3)}
+        return {team: envs.Box(-1.0, 1.0, (size,)) for team, size in self.action_sizes.items()}
 
     def global_state_space(self, params: Any = None) -> envs.Box:
-        return envs.Box(-math.inf, math.inf, (4,))
+        return envs.Box(-math.inf, math.inf, (6,))
 
     def _obs(self, state: LineState) -> dict[str, torch.Tensor]:
-        return {"walker": torch.stack([state.pos, state.target], -1)}
+        obs = torch.stack([state.pos, state.target], -1)
+        return {"walker": obs[:2], "leader": obs[2:]}
 
     def global_state(self, state: LineState, params: Any = None) -> torch.Tensor:
-        return self._obs(state)["walker"].flatten()
+        return torch.cat([state.pos, state.target])
 
     def reset_env(self, key: torch.Tensor, params: Any) -> tuple[dict[str, torch.Tensor], LineState]:
-        pos, target = random.uniform(key, (2, 2), minval=-1.0, maxval=1.0)
+        pos, target = random.uniform(key, (2, 3), minval=-1.0, maxval=1.0)
         state = LineState(pos, target, torch.zeros((), dtype=torch.int64, device=key.device))
         return self._obs(state), state
 
     def step_env(self, key: torch.Tensor, state: LineState, actions: dict[str, torch.Tensor], params: Any):
-        pos = state.pos + 0.25 * (actions["walker"] - 1).to(torch.float32)
-        state = LineState(pos, state.target, state.time + 1)
-        reward = -(pos - state.target).abs()
-        truncated = (state.time >= params.max_steps_in_episode).expand(2)
+        move = torch.cat([actions["walker"][:, 0], actions["leader"].sum(-1)]).clamp(-1.0, 1.0)
+        state = LineState(state.pos + 0.25 * move, state.target, state.time + 1)
+        reward = -(state.pos - state.target).abs()
+        truncated = (state.time >= params.max_steps_in_episode).expand(3)
         return (
             self._obs(state),
             state,
-            {"walker": reward},
-            {"walker": torch.zeros_like(truncated)},
-            {"walker": truncated},
+            {"walker": reward[:2], "leader": reward[2:]},
+            {"walker": torch.zeros_like(truncated[:2]), "leader": torch.zeros_like(truncated[2:])},
+            {"walker": truncated[:2], "leader": truncated[2:]},
             {},
         )
 
 
 @pytest.mark.slow
 def test_compiled_update_equals_eager() -> None:
+    """Two teams of unshared Gaussian actors and centralised critics, across an auto-reset; one
+    hidden layer keeps the graph, and so the compile, small."""
     config = dataclasses.replace(
-        TINY, env_id="line", num_envs=2, num_steps=4, total_steps=16, share_params=False
+        TINY,
+        env_id="line",
+        num_envs=2,
+        num_steps=3,
+        total_steps=12,
+        update_epochs=1,
+        hidden_sizes=(8,),
+        share_params=False,
     )
     agent = mappo.make_train(config, env=Line())
     state, run_key = common.init_state(agent, random.key(0))
@@ -366,6 +383,7 @@ def test_compiled_update_equals_eager() -> None:
         compiled, metrics_c = compiled_step(compiled, run_key)
     assert_trees_close(compiled, eager, rtol=1e-4, atol=1e-5)
     assert_trees_close(metrics_c, metrics_e, rtol=1e-4, atol=1e-5)
+    assert set(metrics_c) >= {"episode_return/walker", "episode_return/leader"}
 
 
 # -- runs on disk and the CLI ---------------------------------------------------------------
@@ -385,34 +403,36 @@ def test_train_run_resumes_exactly(tmp_path: Path) -> None:
     assert _rows(cut) == _rows(whole) and len(_rows(whole)) == 2 * TINY.num_updates
 
 
+# Every scenario in both action variants; the CLI names a variant by its id alone. Discrete ones
+# train MAPPO, continuous ones IPPO, so both registrations are run from the command line.
+CLI_VARIANTS = [
+    (algo, f"mpe:{scenario}{suffix}")
+    for scenario in marl.SCENARIOS
+    for algo, suffix in (("mappo", ""), ("ippo", "_continuous"))
+]
+
+
 @pytest.mark.slow
-def test_cli_trains_and_evaluates_mappo_from_a_fresh_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo, env_id", CLI_VARIANTS)
+def test_cli_trains_every_scenario_and_action_variant_from_a_fresh_process(
+    algo: str, env_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One eager update of the smallest CLI budget (2 envs x one 25-step episode), then
+    ``funrl eval`` of its checkpoint (in this process: the fresh process is the training's)."""
     out = tmp_path / "run"
-    train = [sys.executable, "-m", "funrl", "train", "mappo", "--env", "mpe:simple_spread"]
-    options = ["--total-steps", "100", "--num-envs", "2", "--seeds", "2", "--no-compile", "--no-progress"]
-    done = subprocess.run([*train, *options, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    train = [sys.executable, "-m", "funrl", "train", algo, "--env", env_id, "--out", str(out)]
+    options = ["--total-steps", "50", "--num-envs", "2", "--no-compile", "--no-progress"]
+    done = subprocess.run([*train, *options], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    rows = _rows(out)
-    assert [(r["update"], r["seed"]) for r in rows] == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]
-    assert all(math.isfinite(float(r["episode_return"])) for r in rows)  # a rollout is one episode
-    assert json.loads((out / run.CONFIG).read_text())["algo"] == "mappo"
-    evaluate = [sys.executable, "-m", "funrl", "eval", str(out), "--episodes", "2", "--json"]
-    done = subprocess.run(evaluate, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(result["per_seed"]) == 2 and all(r < 0 for r in result["per_seed"])
-
-
-def _random_policy_return(agent: common.Agent, key: torch.Tensor, episodes: int) -> torch.Tensor:
-    """Team returns of uniformly random actions on the fresh envs ``common.evaluate`` resets from ``key``."""
-    env = common.with_num_envs(agent.env, episodes)
-    obs, state = env.reset(key, agent.env_params)
-    total = torch.zeros(episodes)
-    for t in range(agent.env_params.max_steps_in_episode):
-        action = random.randint(random.fold_in(random.key(99), t), (episodes, 3), 0, 5)
-        obs, state, reward, *_ = env.step(random.fold_in(key, t), state, action, agent.env_params)
-        total += reward.sum(-1)
-    return total
+    (row,) = _rows(out)
+    teams = marl.make(env_id)[0].teams
+    team_returns = [float(row[f"episode_return/{team}"]) for team in teams]
+    assert all(math.isfinite(r) for r in team_returns)  # every env ended its one episode
+    assert float(row["episode_return"]) == pytest.approx(sum(team_returns), rel=1e-5, abs=1e-4)
+    assert json.loads((out / run.CONFIG).read_text())["config"]["env_id"] == env_id
+    assert cli_main(["eval", str(out), "--episodes", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(result["per_seed"]) == 1 and math.isfinite(result["mean_return"])
 
 
 @pytest.mark.slow
@@ -431,7 +451,34 @@ def test_mappo_learns_to_spread_better_than_a_random_policy() -> None:
     state, metrics = agent(random.key(0), compile=False)
     key = random.key(2024)
     trained = common.evaluate(agent, state.params, key, episodes=64)
-    uniform = _random_policy_return(agent, key, episodes=64)
+    uniform = mappo.evaluate_teams(agent, mappo.uniform_policy(agent), key, episodes=64)["agent"]
     margin = 3 * float(torch.cat([trained, uniform]).std()) / math.sqrt(64)
     assert float(trained.mean()) > float(uniform.mean()) + margin, (trained.mean(), uniform.mean(), margin)
     assert float(metrics["episode_return"][-5:].mean()) > float(metrics["episode_return"][:5].mean())
+
+
+@pytest.mark.slow
+def test_the_adversary_learns_while_the_good_agents_learn_too() -> None:
+    """simple_adversary, both teams trained at once for 4k env steps (10 updates): the adversary's
+    greedy policy, played against uniformly random good agents, brings it closer to the goal it
+    must infer than a uniform adversary gets on the same 64 evaluation episodes (paired by their
+    keys: the same starts, the same good agents' actions). The good agents are not held to a
+    margin: they face a learning adversary, so their return against it moves both ways."""
+    agent = mappo.make_train(mappo.MAPPOConfig(env_id="mpe:simple_adversary", total_steps=16 * 25 * 10))
+    state, metrics = agent(random.key(0), compile=False)
+    assert {"episode_return/adversary", "episode_return/agent"} <= set(metrics)
+    uniform = mappo.uniform_policy(agent)
+    greedy = mappo.greedy_policy(agent, state.params)
+    adversary = agent.env.env.teams[0]
+    assert adversary.name == "adversary"
+    columns = torch.zeros(agent.env.action_space().shape, dtype=torch.bool)
+    columns[adversary.actions] = True
+
+    def trained_adversary(key: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        return torch.where(columns, greedy(key, obs), uniform(key, obs))
+
+    key = random.key(2024)
+    trained = mappo.evaluate_teams(agent, trained_adversary, key, episodes=64)["adversary"]
+    baseline = mappo.evaluate_teams(agent, uniform, key, episodes=64)["adversary"]
+    gain = trained - baseline
+    assert float(gain.mean()) > 3 * float(gain.std()) / math.sqrt(64), (trained.mean(), baseline.mean())
