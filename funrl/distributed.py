@@ -5,7 +5,9 @@ everything else receives what it needs from here as plain values and functions. 
 torchrun, which starts one process per rank and sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``::
 
     torchrun --nproc-per-node 2 -m funrl train ppo --seeds 64 --out runs/ppo64
+    torchrun --nproc-per-node 2 -m funrl train ppo --seeds 32 --sweep learning_rate=1e-3,3e-4 --out runs/lr
     torchrun --nproc-per-node 2 -m funrl train ppo --num-envs 64 --data-parallel --out runs/dp
+    torchrun --nproc-per-node 2 -m funrl train sac --num-envs 2 --data-parallel --out runs/sac-dp
     torchrun --nnodes 16 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 -m funrl ...
 
 Without torchrun (no ``WORLD_SIZE`` in the environment) nothing here starts a process group and
@@ -16,13 +18,16 @@ per rank; each rank vmaps its block. Seed ``i`` trains from the key a single pro
 it (``fold_in(key(seed), i)``), so it is the same agent wherever it ran. Metrics and checkpoints
 are gathered with ``gather_object`` between updates (outside the compiled step) and rank 0
 writes the one run folder, which holds every seed as a single-process run would. A resumed run
-reads that folder, so it may use another number of ranks.
+reads that folder, so it may use another number of ranks. A sweep's members (grid points x
+seeds, see :mod:`funrl.agents.run`) are sharded the same way.
 
 **Data parallelism** (:class:`DataParallel`): one agent whose ``num_envs`` environments are cut
 into one block per rank. Its compiled update calls :meth:`DataParallel.all_reduce_sum` (the public
 ``torch.distributed.all_reduce``, which ``torch.compile`` traces into the graph as a functional
 collective in torch 2.13, so the update stays one graph) on gradients, rollout data and running
 normalisation statistics. With one rank it is the identity, chosen when the agent is built.
+PPO and SAC have a data-parallel update; SAC keeps per-rank replay (each rank's environments'
+transitions in its own buffer, their shares of every batch drawn there).
 
 **Faults**: a rank that dies closes its connections, so the collective every other rank next
 enters (at the next log point) fails at once with an error; ``funrl train`` prints it as one

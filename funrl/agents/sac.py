@@ -10,6 +10,16 @@ twin critics as one stacked-params ensemble (``funrl.losses.sac_critic_objective
 the actor, the temperature, and a Polyak target update. ``torch.compile`` makes the iteration one
 graph; ``learning_starts`` is a mask on the update count, not a branch.
 
+Batches are drawn by environment: row ``i`` of a batch belongs to environment ``e`` (each holds a
+contiguous block of ``batch_size / num_envs`` rows, the first ``batch_size % num_envs`` one more)
+and is a transition drawn uniformly from ``e``'s own, with row ``i`` of ``split(key, batch_size)``,
+which also draws the policy noise of that row's losses. With one environment that is uniform
+sampling of the buffer. The buffer keeps a transition's time slot in its row (``slot * num_envs +
+e``), so it holds ``buffer_size`` rounded down to a multiple of ``num_envs``. This is what lets a
+data-parallel agent (``make_train(..., data_parallel=...)``) keep each rank's environments'
+transitions in the rank's own replay buffer and still train the agent of one process holding
+every environment.
+
 Defaults follow CleanRL's ``sac_continuous_action.py`` (256-256 ReLU actor and critics, state-
 dependent log-std in [-5, 2], Adam: actor 3e-4, critics and temperature 1e-3, batch 256, γ 0.99,
 τ 0.005, target entropy ``-dim(A)``, one environment, one gradient step per transition), except:
@@ -56,7 +66,9 @@ from funrl.agents.common import (
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
+from funrl.buffers.flat_buffer import gather
 from funrl.control import scan
+from funrl.distributed import DataParallel, shard_envs
 
 __all__ = ["NAME", "SWEEPABLE", "SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
 
@@ -79,6 +91,10 @@ class SACConfig(ContinuousOffPolicyConfig):
                 raise ValueError(f"{name}: expected a value > 0, got {getattr(self, name)}")
         if not self.alpha > 0:
             raise ValueError(f"alpha: expected a value > 0, got {self.alpha}")
+        if self.buffer_size < self.num_envs:  # every environment keeps at least one transition
+            raise ValueError(
+                f"buffer_size: expected at least num_envs = {self.num_envs}, got {self.buffer_size}"
+            )
 
 
 class SACHyperParams(NamedTuple):
@@ -118,11 +134,21 @@ class ContinuousSetup(NamedTuple):
     to_env: Callable[[torch.Tensor], torch.Tensor]
 
 
-def continuous_setup(config: Any, env: BatchedEnvLike | None, device: torch.device) -> ContinuousSetup:
-    """A batched env with a Box action space (no normalisation wrappers) and ``[-1, 1] -> [low, high]``."""
+def continuous_setup(
+    config: Any, env: BatchedEnvLike | None, device: torch.device, dp: DataParallel | None = None
+) -> ContinuousSetup:
+    """A batched env with a Box action space (no normalisation wrappers) and ``[-1, 1] -> [low, high]``.
+
+    With ``dp`` of several ranks, this rank's block of the ``config.num_envs`` environments
+    (:func:`funrl.distributed.shard_envs`).
+    """
+    dp = dp or DataParallel()
+    if env is not None and dp.world_size > 1:
+        raise ValueError("env: a data-parallel agent makes its own environments; expected None")
     benv, env_params, continuous = make_batched_env(
-        config.env_id, config.num_envs, env, dict(config.env_kwargs), False, False
+        config.env_id, len(dp.local_block(config.num_envs)), env, dict(config.env_kwargs), False, False
     )
+    benv = shard_envs(benv, dp, config.num_envs)
     arg, name = ("env_id", config.env_id) if env is None else ("env", env.name)
     if not continuous:
         raise ValueError(f"{arg}: expected continuous (Box) actions, {name} has discrete actions")
@@ -177,11 +203,13 @@ def collect(
     obs: torch.Tensor,
     env_state: Any,
     num_steps: int,
+    dp: DataParallel | None = None,
 ) -> tuple[envs.RolloutState, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Step the envs ``num_steps`` times with ``policy(key, obs) -> action in [-1, 1]``.
 
     Returns ``(rollout_state, transitions with leaves [num_steps * num_envs, ...], episode metrics)``;
-    ``next_obs`` is the pre-reset observation, so truncated episodes bootstrap from it.
+    ``next_obs`` is the pre-reset observation, so truncated episodes bootstrap from it. With
+    ``dp`` of several ranks the episode metrics are those of every rank's environments.
     """
 
     def act(k: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -199,21 +227,41 @@ def collect(
         "next_obs": traj.final_obs.reshape(n, *setup.obs_shape),
         "terminated": traj.terminated.reshape(n),
     }
-    return rollout_state, transitions, episode_metrics(traj.info)
+    # [T, envs of this rank] -> [T, all envs]: the metrics of the whole agent, on every rank.
+    dp = dp or DataParallel()
+    finished = {
+        k: dp.all_gather(traj.info[k], dim=1) for k in ("returned_episode", "returned_episode_return")
+    }
+    return rollout_state, transitions, episode_metrics(finished)
 
 
-def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str = "cpu") -> Agent:
+def make_train(
+    config: SACConfig,
+    env: BatchedEnvLike | None = None,
+    device: str = "cpu",
+    data_parallel: DataParallel | None = None,
+) -> Agent:
     """Build SAC for ``config``: an :class:`~funrl.agents.common.Agent` (init, update, greedy_action).
 
     Args:
         config: the static configuration.
         env: a batched environment with Box actions; by default ``config.env_id`` from funrl.
         device: where params, buffer and env state live.
+        data_parallel: this process's rank in a data-parallel agent
+            (:func:`funrl.distributed.data_parallel`; default: one process). Each rank steps its
+            block of the ``config.num_envs`` environments with the keys one process would give
+            them and keeps their transitions in its own replay buffer (``buffer_size`` divided
+            over the ranks); each gradient step, it draws its environments' shares of the batch
+            with the keys one process would draw them with, and the gradients of the critics,
+            the actor and the temperature (with the loss metrics) are averaged over the ranks by
+            one all-reduce each inside the compiled update. So every rank holds the same params,
+            those of one process with all the environments (up to float rounding of the sums).
     """
     if not isinstance(config, SACConfig):
         raise TypeError(f"config: expected a SACConfig, got {type(config).__name__}")
     device = torch.device(device)
-    setup = continuous_setup(config, env, device)
+    dp = data_parallel or DataParallel()
+    setup = continuous_setup(config, env, device, dp)
     actor = make_network(
         config.network,
         setup.obs_shape,
@@ -223,7 +271,19 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         ),
     )
     critic = twin_critic(config, setup)
-    buffer = buffers.flat(config.buffer_size)
+    my_envs = dp.local_block(config.num_envs)
+    local_envs = len(my_envs)
+    slots = config.buffer_size // config.num_envs  # time slots: a transition of every environment
+    buffer = buffers.flat(slots * local_envs)  # this rank's environments' transitions
+    batch_size = config.batch_size
+    rows_each, rows_extra = divmod(batch_size, config.num_envs)
+
+    def first_row(env: int) -> int:
+        """The first batch row of environment ``env`` (blocks of ``rows_each``, the first
+        ``rows_extra`` one row longer)."""
+        return env * rows_each + min(env, rows_extra)
+
+    my_rows = range(first_row(my_envs.start), first_row(my_envs.stop))  # this rank's batch rows
     target_entropy = L.sac_target_entropy(setup.action_dim)
     n = config.steps_per_update
 
@@ -257,9 +317,60 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
             hparams=float32_tensors(SACHyperParams, values, device),
         )
 
-    critic_grad = torch.func.grad_and_value(L.sac_critic_objective, has_aux=True)
-    actor_grad = torch.func.grad_and_value(L.sac_actor_objective, has_aux=True)
-    alpha_grad = torch.func.grad_and_value(L.sac_temperature_loss, has_aux=True)
+    def sample_my_rows(buffer_state: buffers.FlatState, keys: torch.Tensor) -> dict[str, torch.Tensor]:
+        """This rank's rows of a batch (leaves ``[len(my_rows), ...]``), drawn with their ``keys``.
+
+        Row ``i`` draws a time slot of its environment ``e`` uniformly; that transition is row
+        ``slot * local_envs + e_local`` of this rank's buffer, as it is row ``slot * num_envs + e``
+        in one process holding every environment.
+        """
+        filled = torch.clamp(buffer_state.count // local_envs, min=1, max=slots)
+        slot = torch.func.vmap(lambda k: random.randint(k, (), 0, filled))(keys)
+        row = torch.arange(my_rows.start, my_rows.stop, device=slot.device)
+        long_rows = rows_extra * (rows_each + 1)  # the rows of the environments with one more
+        env = torch.where(
+            row < long_rows,
+            row // (rows_each + 1),
+            rows_extra + (row - long_rows) // max(rows_each, 1),
+        )
+        return gather(buffer_state.experience, slot * local_envs + (env - my_envs.start))
+
+    def over_my_rows(objective: Callable[..., Any]) -> Callable[..., Any]:
+        """``objective(params, *args, batch, key)`` of each of this rank's rows alone (``batch``
+        leaves ``[rows, ...]``, ``keys`` ``[rows, 2]``), summed and divided by ``batch_size``: its
+        share of the batch's mean loss. Its metrics are per row."""
+
+        def share(params: Any, *args: Any, batch: Any, keys: torch.Tensor, **kwargs: Any) -> Any:
+            def one(row: Any, key: torch.Tensor) -> Any:
+                return objective(params, *args, ftree.map(lambda x: x.unsqueeze(0), row), key, **kwargs)
+
+            losses, metrics = torch.func.vmap(one)(batch, keys)
+            return losses.sum() / batch_size, metrics
+
+        return share
+
+    def temperature_share(log_alpha: torch.Tensor, log_prob: torch.Tensor) -> Any:
+        """The temperature loss of this rank's rows, as its share of the batch's mean."""
+        loss, metrics = L.sac_temperature_loss(log_alpha, log_prob, target_entropy)
+        return loss * (log_prob.numel() / batch_size), metrics
+
+    def row_keys(key: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of ``split(key, batch_size)``: a key for each batch row."""
+        return random.split(key, batch_size)[my_rows.start : my_rows.stop]
+
+    critic_grad = torch.func.grad_and_value(over_my_rows(L.sac_critic_objective), has_aux=True)
+    actor_grad = torch.func.grad_and_value(over_my_rows(L.sac_actor_objective), has_aux=True)
+    alpha_grad = torch.func.grad_and_value(temperature_share, has_aux=True)
+
+    def flat_sum_over_ranks(tree: Any) -> Any:
+        """Every leaf summed over the ranks, in one all-reduce of their flattened concatenation."""
+        leaves, spec = ftree.flatten(tree)
+        flat = dp.all_reduce_sum(torch.cat([leaf.reshape(-1) for leaf in leaves]))
+        parts = flat.split([leaf.numel() for leaf in leaves])
+        return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
+
+    # One process: the sum is the tree itself (decided here, when the agent is built).
+    sum_over_ranks = flat_sum_over_ranks if dp.world_size > 1 else (lambda tree: tree)
 
     def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_train = random.split(key)
@@ -269,12 +380,15 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
 
         def policy(k: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
             loc, scale = nets.apply(actor, actor_params, obs)
-            sampled = nets.distributions.tanh_normal.sample(k, loc.detach(), scale.detach())
+            # Drawn for all environments, of which this rank keeps its rows: each row's sample
+            # depends on its own row and the key only, as in one process.
+            loc, scale = dp.at_all_rows((loc.detach(), scale.detach()), config.num_envs)
+            sampled = nets.distributions.tanh_normal.sample(k, loc, scale)
             uniform = random.uniform(random.fold_in(k, 1), tuple(sampled.shape), minval=-1.0, maxval=1.0)
-            return torch.where(warming_up, uniform, sampled)
+            return dp.my_rows(torch.where(warming_up, uniform, sampled))
 
         rollout_state, transitions, episode = collect(
-            setup, policy, key_rollout, state.obs, state.env_state, config.num_steps
+            setup, policy, key_rollout, state.obs, state.env_state, config.num_steps, dp
         )
         buffer_state = buffer.add(state.buffer, transitions)
         active = state.update_count * n + n > config.learning_starts
@@ -282,21 +396,30 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         def gradient_step(carry, step_key):
             params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
             key_sample, key_critic, key_actor = random.split(step_key, 3)
-            batch = buffer.sample(buffer_state, key_sample, config.batch_size).items
+            batch = sample_my_rows(buffer_state, row_keys(key_sample))
             alpha = log_alpha.exp().detach()
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
-                params["critic"], params["actor"], target_critic, alpha, batch, key_critic,
-                actor=actor, critic=critic, gamma=hp.gamma,
+                params["critic"], params["actor"], target_critic, alpha,
+                batch=batch, keys=row_keys(key_critic), actor=actor, critic=critic, gamma=hp.gamma,
             )  # fmt: skip
+            # Each rank's shares of the batch means; their sum is the mean over the whole batch.
+            critic_grads, critic_loss, q_mean = sum_over_ranks(
+                (critic_grads, critic_loss, critic_metrics["q_mean"].sum() / batch_size)
+            )
             updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
             new_critic = optim.apply_updates(params["critic"], updates)
             actor_grads, (actor_loss, actor_metrics) = actor_grad(
-                params["actor"], new_critic, alpha, batch, key_actor, actor=actor, critic=critic
+                params["actor"], new_critic, alpha,
+                batch=batch, keys=row_keys(key_actor), actor=actor, critic=critic,
+            )  # fmt: skip
+            actor_grads, actor_loss, entropy = sum_over_ranks(
+                (actor_grads, actor_loss, actor_metrics["entropy"].sum() / batch_size)
             )
             updates, new_actor_opt = actor_tx.update(actor_grads, actor_opt, params["actor"])
             new_actor = optim.apply_updates(params["actor"], updates)
             if config.autotune:
-                alpha_g, (alpha_loss, _) = alpha_grad(log_alpha, actor_metrics["log_prob"], target_entropy)
+                alpha_g, (alpha_loss, _) = alpha_grad(log_alpha, actor_metrics["log_prob"])
+                alpha_g, alpha_loss = sum_over_ranks((alpha_g, alpha_loss))
                 update_alpha, new_alpha_opt = critic_tx.update(alpha_g, alpha_opt, log_alpha)
                 new_log_alpha = optim.apply_updates(log_alpha, update_alpha)
             else:
@@ -309,8 +432,8 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
                 "actor_loss": actor_loss,
                 "alpha_loss": alpha_loss,
                 "alpha": alpha,
-                "q_mean": critic_metrics["q_mean"],
-                "entropy": actor_metrics["entropy"],
+                "q_mean": q_mean,
+                "entropy": entropy,
                 "grad_norm": optim.global_norm(critic_grads),
             }
             return masked(active, new, carry), metrics
@@ -357,7 +480,8 @@ def make_train(config: SACConfig, env: BatchedEnvLike | None = None, device: str
         env=setup.env,
         env_params=setup.env_params,
         device=device,
-        static_key=static_key(NAME, config, SWEEPABLE, env, device),
+        # A rank's step holds its collectives and its share of the environments.
+        static_key=(*static_key(NAME, config, SWEEPABLE, env, device), dp.rank, dp.world_size),
     )
 
 

@@ -90,9 +90,9 @@ def test_bad_shares_are_clear_errors(tmp_path: Path) -> None:
     ):
         ppo.make_train(config, data_parallel=dp)
     with pytest.raises(
-        run.RunError, match="data_parallel: sac has no data-parallel update; agents with one: .*'ppo'"
+        run.RunError, match="data_parallel: td3 has no data-parallel update; agents with one: .*'ppo', 'sac'"
     ):
-        run.build_agent("sac", run.agent_spec("sac").config_type(), "cpu", distributed.DataParallel())
+        run.build_agent("td3", run.agent_spec("td3").config_type(), "cpu", distributed.DataParallel())
 
 
 def test_cli_refuses_seeds_with_data_parallelism(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
