@@ -269,7 +269,19 @@ class TeamsEnvironment(Environment):
             agent, obs, act = agent + num, obs + num * obs_dim, act + num * action_size
         self.teams: tuple[Team, ...] = tuple(teams)
         self.num_agents = agent
-        self._obs_size, self._action_size = obs, act
+        self._obs_size = obs
+        # Built once, here: the bounds are read on the host, which a compiled step cannot do.
+        low, high = [], []
+        for team in self.teams:
+            space = team.action_space
+            if self.continuous:
+                low += space.low_tensor().flatten().tolist() * team.num_agents
+                high += space.high_tensor().flatten().tolist() * team.num_agents
+            else:
+                low += [0] * team.num_agents
+                high += [space.n - 1] * team.num_agents
+        dtype = torch.float32 if self.continuous else torch.int64
+        self._action_space = Box(tuple(low), tuple(high), (act,), dtype)
 
     @property
     def name(self) -> str:
@@ -285,17 +297,7 @@ class TeamsEnvironment(Environment):
 
     def action_space(self, params: Any = None) -> Space:
         """The packed action: every agent's, flattened in agent order, with each agent's bounds."""
-        low, high = [], []
-        for team in self.teams:
-            space = team.action_space
-            if self.continuous:
-                low += space.low_tensor().flatten().tolist() * team.num_agents
-                high += space.high_tensor().flatten().tolist() * team.num_agents
-            else:
-                low += [0] * team.num_agents
-                high += [space.n - 1] * team.num_agents
-        dtype = torch.float32 if self.continuous else torch.int64
-        return Box(tuple(low), tuple(high), (self._action_size,), dtype)
+        return self._action_space
 
     def global_state_space(self, params: Any = None) -> Space:
         return self.env.global_state_space(params)

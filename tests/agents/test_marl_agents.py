@@ -428,7 +428,7 @@ def test_cli_trains_every_scenario_and_action_variant_from_a_fresh_process(
     teams = marl.make(env_id)[0].teams
     team_returns = [float(row[f"episode_return/{team}"]) for team in teams]
     assert all(math.isfinite(r) for r in team_returns)  # every env ended its one episode
-    assert float(row["episode_return"]) == pytest.approx(sum(team_returns), rel=1e-5, abs=1e-4)
+    assert float(row["episode_return"]) == pytest.approx(sum(team_returns), rel=1e-5, abs=1e-4), row
     assert json.loads((out / run.CONFIG).read_text())["config"]["env_id"] == env_id
     assert cli_main(["eval", str(out), "--episodes", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
