@@ -88,6 +88,29 @@ class Discrete(Space):
         return torch.as_tensor(ok).all()
 
 
+def _bound_values(bound: Any) -> tuple[list[Any], tuple[int, ...]]:
+    """The numbers (or 0-d tensors) of a nested-tuple bound, flattened, and its nesting shape."""
+    if not isinstance(bound, (tuple, list)):
+        return [bound], ()
+    parts = [_bound_values(b) for b in bound]
+    inner = parts[0][1] if parts else ()
+    return [v for values, _ in parts for v in values], (len(bound), *inner)
+
+
+def _bound_tensor(
+    bound: Any, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str | None
+) -> torch.Tensor:
+    """``bound`` (a number, tensor or nested tuple of them) as a tensor of ``shape``.
+
+    Stacked from its numbers one by one: a tensor built from a tuple of more than 8 numbers inside
+    a compiled loop body is a graph constant that inductor (torch 2.13) leaves unbound there, and
+    spaces are asked for inside compiled steps (``ClipAction``).
+    """
+    values, nesting = _bound_values(bound)
+    parts = [torch.as_tensor(v, dtype=dtype, device=device) for v in values]
+    return torch.stack(parts).reshape((*nesting, *parts[0].shape)).expand(shape)
+
+
 @dataclasses.dataclass(frozen=True)
 class Box(Space):
     """A box ``[low, high]`` of the given shape; ``low``/``high`` are floats or nested tuples."""
@@ -98,10 +121,10 @@ class Box(Space):
     dtype: torch.dtype = torch.float32
 
     def low_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
-        return torch.as_tensor(self.low, dtype=self.dtype, device=device).expand(self.shape)
+        return _bound_tensor(self.low, self.shape, self.dtype, device)
 
     def high_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
-        return torch.as_tensor(self.high, dtype=self.dtype, device=device).expand(self.shape)
+        return _bound_tensor(self.high, self.shape, self.dtype, device)
 
     def sample(self, key: torch.Tensor) -> torch.Tensor:
         low = self.low_tensor(key.device)
