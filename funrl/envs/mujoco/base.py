@@ -75,8 +75,8 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         self.qpos0 = tuple(self.model.qpos0.tolist())
         self.qpos0_tensor = torch.tensor(self.qpos0, dtype=torch.float64)
         self.timestep = float(self.model.opt.timestep)
-        # A bound shared by every actuator (as in all ten models) stays one float, so the action
-        # space's bound tensors, built in a step (ClipAction), are scalars, not vector constants.
+        # A bound shared by every actuator (as in all ten models) stays one float, as gymnasium's
+        # Box shows it: the bound tensors a step builds (ClipAction) then come from one number.
         self.ctrl_low = _shared_or_tuple(self.model.actuator_ctrlrange[:, 0].tolist())
         self.ctrl_high = _shared_or_tuple(self.model.actuator_ctrlrange[:, 1].tolist())
         self.body_mass = torch.tensor(self.model.body_mass.tolist(), dtype=torch.float64)
