@@ -1,7 +1,8 @@
 """Agents on MuJoCo: funrl's SAC on HalfCheetah-v5 and PPO on Hopper-v5 next to Stable-Baselines3's
-on gymnasium's envs, with the same hyper-parameters, in one run: return curves and wall-clock.
+on gymnasium's envs, with the same hyper-parameters, in one run: returns and wall-clock.
 
-    python benchmarks/mujoco_agents.py --device cpu --seeds 3 --out mujoco_agents.json
+    python benchmarks/mujoco_agents.py --seeds 4 --sb3-seeds 2 --out mujoco_agents.json
+    python benchmarks/mujoco_agents.py --algos sac --contestants sb3 --sb3-seeds 1 --out sac_sb3.json
     python benchmarks/mujoco_agents.py --quick          # a tiny budget, eager: checks every contestant runs
 
 - SAC, HalfCheetah-v5, 100k steps: 256-256 ReLU actor and twin critics, Adam 3e-4 for actor,
@@ -17,12 +18,22 @@ on gymnasium's envs, with the same hyper-parameters, in one run: return curves a
   ``VecNormalize`` with CleanRL's clipping of normalised observations and rewards to +-10; funrl's
   normalisation wrappers do not clip.
 
-Both sides record every finished training episode (funrl: the per-update mean of the episodes
-that ended in it, weighted by their count; SB3: its ``Monitor``). The table gives the mean return
-of the last ``--final-episodes`` episodes per seed, and the wall-clock of ``train`` / ``learn``
-(funrl's includes its compile, which is also given apart as its first update). ``--out`` writes
-the curves (return against environment steps per contestant and seed) as JSON, and a PNG next to
-it when matplotlib is installed.
+funrl trains its ``--seeds`` seeds vmapped in one compiled step (as ``funrl train --seeds``
+does); SB3 trains its ``--sb3-seeds`` seeds one after the other. Per seed the table gives
+
+- the final training return: the mean return of the last ``--final-episodes`` finished training
+  episodes (funrl: the per-update mean of the episodes that ended in it, weighted by their count;
+  SB3: its ``Monitor``);
+- the greedy evaluation return: the mean over ``--eval-episodes`` fresh episodes of the
+  deterministic policy (funrl: ``greedy_action``; SB3: ``deterministic=True``), observations
+  normalised with the statistics training ended with, frozen (SB3's ``VecNormalize`` with
+  ``training=False``);
+
+as mean [min, max] over seeds, and the wall-clock of training: funrl's for all its seeds at once
+(compile included, and given apart as its first update), SB3's summed over its seeds. "per seed"
+divides each by its number of seeds; "vs SB3" is the ratio of those. ``--contestants`` runs one
+side only (two processes can then share a machine's cores); ``--out`` writes every number and
+the return curves as JSON, and a PNG next to it when matplotlib is installed.
 
 ``--quick`` runs a few thousand steps, eagerly: it proves the script works; the returns mean
 nothing and the wall-clock ratio is eager funrl's against SB3 on a tiny budget.
@@ -33,9 +44,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,8 +56,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from funrl import random
-from funrl.agents import ppo, sac
+from funrl import envs, random
+from funrl import tree as ftree
+from funrl.agents import common, ppo, sac
+from funrl.envs import wrappers
 
 FULL = {
     "sac": sac.SACConfig(
@@ -83,6 +98,11 @@ QUICK = {
 }
 
 
+def sized(algo: str, total_steps: int) -> dict[str, int]:
+    """The budget's fields: SAC's buffer holds the whole run."""
+    return {"total_steps": total_steps, **({"buffer_size": total_steps} if algo == "sac" else {})}
+
+
 def machine() -> str:
     return (
         f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} usable cores, "
@@ -90,9 +110,8 @@ def machine() -> str:
     )
 
 
-def episode_curve(history: dict[str, torch.Tensor], steps_per_update: int) -> tuple[list[int], list[float]]:
+def episode_curve(returns: torch.Tensor, counts: torch.Tensor, steps_per_update: int) -> tuple[list, list]:
     """(environment step, mean return) of every update in which episodes ended."""
-    returns, counts = history["episode_return"], history["episodes"]
     steps = (torch.arange(1, len(returns) + 1) * steps_per_update).tolist()
     ended = (counts > 0).tolist()
     return [s for s, e in zip(steps, ended, strict=True) if e], [
@@ -100,23 +119,105 @@ def episode_curve(history: dict[str, torch.Tensor], steps_per_update: int) -> tu
     ]
 
 
-def final_return(history: dict[str, torch.Tensor], episodes: int) -> float:
+def final_return(returns: torch.Tensor, counts: torch.Tensor, episodes: int) -> float:
     """Mean return of the last ``episodes`` finished episodes (per-update means weighted by count)."""
-    returns, counts = history["episode_return"], history["episodes"]
     ended = counts > 0
     returns, counts = returns[ended].double().flip(0), counts[ended].double().flip(0)
     weights = (episodes - (counts.cumsum(0) - counts)).clamp(min=0).minimum(counts)
     return float((returns * weights).sum() / weights.sum())
 
 
-def run_funrl(algo: str, config: Any, seed: int, compile: bool, device: str, episodes: int) -> dict:
-    torch.compiler.reset()
-    agent = (sac if algo == "sac" else ppo).make_train(config, device=device)
+def observation_stats(benv: Any, env_state: Any) -> wrappers.RunningMeanStd | None:
+    """The running observation statistics a training env's state holds, if it normalises them."""
+    while isinstance(benv, wrappers.Wrapper):
+        if isinstance(benv, wrappers.NormalizeObservation):
+            return env_state.obs_rms
+        benv, env_state = benv.env, env_state.env_state
+    return None
+
+
+def greedy_return(agent: common.Agent, params: dict, rms: Any, key: torch.Tensor, episodes: int) -> float:
+    """Mean undiscounted return of ``episodes`` fresh greedy episodes, observations normalised with
+    the frozen training statistics ``rms`` (none: raw observations)."""
+    single, env_params = envs.make(agent.config.env_id)
+    env = envs.vmap(wrappers.EpisodeStatistics(wrappers.ClipAction(single)), episodes)
+    obs, state = env.reset(key, env_params)
+    returns = torch.zeros(episodes, dtype=torch.float64)
+    finished = torch.zeros(episodes, dtype=torch.bool)
+    for t in range(env_params.max_steps_in_episode + 1):
+        seen = obs if rms is None else (obs - rms.mean) / torch.sqrt(rms.var + 1e-8)
+        with torch.no_grad():
+            action = agent.greedy_action(params, seen.to(torch.float32))
+        obs, state, _, _, _, info = env.step(random.fold_in(key, t), state, action, env_params)
+        ended = info["returned_episode"] & ~finished
+        returns = torch.where(ended, info["returned_episode_return"].double(), returns)
+        finished |= info["returned_episode"]
+        if bool(finished.all()):
+            break
+    return float(returns.mean())
+
+
+def train_seeds(agent: common.Agent, keys: torch.Tensor, deadline: float, args: argparse.Namespace) -> dict:
+    """Train the seeds of ``keys`` (``[S, 2]``, vmapped) with ``funrl.agents.common.train`` in
+    stretches of updates until done or ``deadline`` (``time.perf_counter()``; the first update
+    always runs); per seed its results."""
     start = time.perf_counter()
-    _, history = agent(random.key(seed), compile=compile)
+    state, run_key = common.init_state(agent, keys)
+    stretch = max(1, agent.num_updates // 20)
+    history: list[dict[str, torch.Tensor]] = []
+    done = first_update_s = 0
+    while done == 0 or (done < agent.num_updates and time.perf_counter() < deadline):
+        todo = 1 if done == 0 else min(stretch, agent.num_updates - done)
+        state, metrics = common.train(
+            agent, keys, compile=args.compile, state=state, run_key=run_key, num_updates=todo
+        )
+        history.append(metrics)
+        done += todo
+        if done == 1:
+            first_update_s = time.perf_counter() - start  # the compile included
+        progress(f"funrl {agent.name} seeds {keys.shape[0]}", done / agent.num_updates, start)
     wall = time.perf_counter() - start
-    steps, curve = episode_curve(history, agent.steps_per_update)
-    return {"wall_s": wall, "final": final_return(history, episodes), "steps": steps, "returns": curve}
+    returns = torch.cat([h["episode_return"] for h in history])  # [U, S]
+    counts = torch.cat([h["episodes"] for h in history])
+    per_seed = []
+    for i in range(keys.shape[0]):
+        params, env_state = ftree.map(lambda x, i=i: x[i], (state.params, state.env_state))
+        steps, curve = episode_curve(returns[:, i], counts[:, i], agent.steps_per_update)
+        eval_key = random.fold_in(random.key(10_000), i)
+        per_seed.append({
+            "final": final_return(returns[:, i], counts[:, i], args.final_episodes),
+            "greedy": greedy_return(
+                agent, params, observation_stats(agent.env, env_state), eval_key, args.eval_episodes
+            ),
+            "steps_done": done * agent.steps_per_update, "steps": steps, "returns": curve,
+        })  # fmt: skip
+    return {"wall_s": wall, "first_update_s": first_update_s, "seeds": per_seed}
+
+
+def run_funrl(algo: str, config: Any, args: argparse.Namespace) -> dict:
+    """``args.seeds`` seeds vmapped in one update step, as ``funrl train --seeds`` runs them, or
+    with ``args.seeds_in_turn`` one after the other (the compiled step is shared; seeds not begun
+    by the deadline are left out)."""
+    torch.compiler.reset()
+    agent = (sac if algo == "sac" else ppo).make_train(config, device=args.device)
+    keys = common.seed_keys(0, args.seeds)
+    deadline = time.perf_counter() + args.max_minutes * 60
+    if not args.seeds_in_turn:
+        return train_seeds(agent, keys, deadline, args)
+    runs = [train_seeds(agent, keys[:1], deadline, args)]
+    for i in range(1, args.seeds):
+        if time.perf_counter() >= deadline:
+            break
+        runs.append(train_seeds(agent, keys[i : i + 1], deadline, args))
+    return {
+        "wall_s": sum(r["wall_s"] for r in runs),
+        "first_update_s": runs[0]["first_update_s"],
+        "seeds": [r["seeds"][0] for r in runs],
+    }
+
+
+def progress(what: str, done: float, start: float) -> None:
+    print(f"{what}: {done:.0%} after {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def make_sb3(algo: str, config: Any, seed: int) -> Any:
@@ -148,16 +249,83 @@ def make_sb3(algo: str, config: Any, seed: int) -> Any:
     )  # fmt: skip
 
 
-def run_sb3(algo: str, config: Any, seed: int, episodes: int) -> dict:
-    model = make_sb3(algo, config, seed)
-    start = time.perf_counter()
-    model.learn(total_timesteps=config.total_steps)
-    wall = time.perf_counter() - start
-    rewards = model.get_env().env_method("get_episode_rewards")[0]
-    lengths = model.get_env().env_method("get_episode_lengths")[0]
-    steps = np.cumsum(lengths).tolist()
-    final = float(np.mean(rewards[-episodes:])) if rewards else float("nan")
-    return {"wall_s": wall, "final": final, "steps": steps, "returns": [float(r) for r in rewards]}
+def sb3_greedy_return(model: Any, config: Any, seed: int, episodes: int) -> float:
+    """Mean return of ``episodes`` deterministic episodes on a fresh env, observations normalised with
+    the frozen training statistics when the model trained on a ``VecNormalize``."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = make_vec_env(config.env_id, n_envs=1, seed=10_000 + seed)
+    trained = model.get_env()
+    if isinstance(trained, VecNormalize):
+        env = VecNormalize(env, training=False, norm_reward=False, clip_obs=trained.clip_obs)
+        env.obs_rms = trained.obs_rms.copy()
+    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    return float(mean)
+
+
+def sb3_progress(what: str, start: float, deadline: float) -> Any:
+    """Progress lines on stderr; learning stops at ``deadline`` (``time.perf_counter()``)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Progress(BaseCallback):
+        def _on_step(self) -> bool:
+            total = self.locals["total_timesteps"]
+            if self.num_timesteps % max(1, total // 20) == 0:
+                progress(what, self.num_timesteps / total, start)
+            return time.perf_counter() < deadline
+
+    return Progress()
+
+
+def run_sb3(algo: str, config: Any, seeds: int, args: argparse.Namespace) -> dict:
+    """``seeds`` SB3 runs one after the other; the wall-clock is their sum."""
+    wall, per_seed = 0.0, []
+    deadline = time.perf_counter() + args.max_minutes * 60
+    for seed in range(seeds):
+        model = make_sb3(algo, config, seed)
+        start = time.perf_counter()
+        if start >= deadline:
+            break
+        callback = sb3_progress(f"SB3 {algo} seed {seed}", start, deadline)
+        model.learn(total_timesteps=config.total_steps, callback=callback)
+        wall += time.perf_counter() - start
+        rewards = model.get_env().env_method("get_episode_rewards")[0]
+        lengths = model.get_env().env_method("get_episode_lengths")[0]
+        per_seed.append({
+            "final": float(np.mean(rewards[-args.final_episodes:])) if rewards else float("nan"),
+            "greedy": sb3_greedy_return(model, config, seed, args.eval_episodes),
+            "steps_done": model.num_timesteps,
+            "steps": np.cumsum(lengths).tolist(), "returns": [float(r) for r in rewards],
+        })  # fmt: skip
+    return {"wall_s": wall, "seeds": per_seed}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.mean(values):.0f} [{min(values):.0f}, {max(values):.0f}]"
+
+
+def table(results: dict, steps: dict[str, int]) -> list[str]:
+    rows = [
+        "| agent | env | steps (reached) | contestant | seeds | final training return | greedy return "
+        "| wall-clock s | per seed s | vs SB3 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algo, contestants in results.items():
+        per_seed = {name: r["wall_s"] / len(r["seeds"]) for name, r in contestants.items()}
+        sb3 = per_seed.get("SB3")
+        for name, r in contestants.items():
+            seeds = r["seeds"]
+            versus = f"{per_seed[name] / sb3:.2f}x" if sb3 else "-"
+            reached = ", ".join(str(s["steps_done"]) for s in seeds)
+            compile_s = f" (first update {r['first_update_s']:.0f})" if "first_update_s" in r else ""
+            rows.append(
+                f"| {algo} | {FULL[algo].env_id} | {steps[algo]} ({reached}) | {name} | {len(seeds)} "
+                f"| {spread([s['final'] for s in seeds])} | {spread([s['greedy'] for s in seeds])} "
+                f"| {r['wall_s']:.0f}{compile_s} | {per_seed[name]:.0f} | {versus} |"
+            )
+    return rows
 
 
 def save_plot(results: dict, path: Path) -> None:
@@ -170,9 +338,9 @@ def save_plot(results: dict, path: Path) -> None:
         return
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, (algo, contestants) in zip(axes[0], results.items(), strict=True):
-        for name, runs in contestants.items():
-            for i, run in enumerate(runs):
-                ax.plot(run["steps"], run["returns"], label=name if i == 0 else None, alpha=0.7, marker=".",
+        for name, run in contestants.items():
+            for i, seed in enumerate(run["seeds"]):
+                ax.plot(seed["steps"], seed["returns"], label=name if i == 0 else None, alpha=0.7, marker=".",
                         color="C0" if name.startswith("funrl") else "C1")  # fmt: skip
         ax.set_title(f"{algo} on {FULL[algo].env_id}")
         ax.set_xlabel("environment steps")
@@ -186,45 +354,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="funrl's device (SB3 runs on cpu)")
     parser.add_argument("--algos", nargs="+", default=["sac", "ppo"], choices=["sac", "ppo"])
-    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--contestants", nargs="+", default=["funrl", "sb3"], choices=["funrl", "sb3"])
+    parser.add_argument("--seeds", type=int, default=4, help="funrl's seeds, vmapped in one run")
+    parser.add_argument(
+        "--seeds-in-turn", action="store_true", help="funrl's seeds one after the other, not vmapped"
+    )
+    parser.add_argument("--sb3-seeds", type=int, default=1, help="SB3's seeds, one run each")
     parser.add_argument("--quick", action="store_true", help="a tiny budget, funrl eager")
     parser.add_argument("--no-compile", action="store_true", help="funrl eager (--quick implies it)")
-    parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument(
-        "--final-episodes", type=int, default=10, help="episodes averaged into the final return"
+        "--final-episodes", type=int, default=10, help="training episodes averaged into the final return"
+    )
+    parser.add_argument("--eval-episodes", type=int, default=10, help="greedy evaluation episodes per seed")
+    parser.add_argument("--sac-steps", type=int, default=FULL["sac"].total_steps, help="SAC's budget")
+    parser.add_argument("--ppo-steps", type=int, default=FULL["ppo"].total_steps, help="PPO's budget")
+    parser.add_argument(
+        "--max-minutes", type=float, default=math.inf, help="each contestant stops training after this"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both libraries)")
-    parser.add_argument("--out", type=Path, default=None, help="JSON of the curves (and a PNG beside it)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON of the results (and a PNG beside it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    compile = not (args.quick or args.no_compile)
-    print(f"# {machine()}; funrl {'compiled' if compile else 'eager'}; seeds {args.seeds}")
-    print("| agent | env | steps | contestant | final return (per seed) | wall-clock s (per seed) | vs SB3 |")
-    print("|---|---|---|---|---|---|---|")
-    results: dict[str, dict[str, list[dict]]] = {}
+    args.compile = not (args.quick or args.no_compile)
+    funrl_name = f"funrl {'compiled' if args.compile else 'eager'}"
+    print(f"# {machine()}; {funrl_name}")
+    results: dict[str, dict[str, dict]] = {}
+    steps: dict[str, int] = {}
     for algo in args.algos:
-        config = dataclasses.replace(FULL[algo], **QUICK[algo]) if args.quick else FULL[algo]
-        runs: dict[str, list[dict]] = {f"funrl {'compiled' if compile else 'eager'}": []}
-        if not args.skip_sb3:
-            runs["SB3"] = []
-        for seed in range(args.seeds):  # contestants alternate, so load drift hits both
-            runs[next(iter(runs))].append(
-                run_funrl(algo, config, seed, compile, args.device, args.final_episodes)
-            )
-            if not args.skip_sb3:
-                runs["SB3"].append(run_sb3(algo, config, seed, args.final_episodes))
-        sb3_wall = statistics.median(r["wall_s"] for r in runs["SB3"]) if "SB3" in runs else None
-        for name, seeds in runs.items():
-            wall = statistics.median(r["wall_s"] for r in seeds)
-            versus = f"{wall / sb3_wall:.2f}x" if sb3_wall else "-"
-            finals = ", ".join(f"{r['final']:.0f}" for r in seeds)
-            walls = ", ".join(f"{r['wall_s']:.0f}" for r in seeds)
-            print(
-                f"| {algo} | {config.env_id} | {config.total_steps} | {name} | {finals} | {walls} | {versus} |"
-            )
-        results[algo] = runs
+        budget = {"sac": args.sac_steps, "ppo": args.ppo_steps}[algo]
+        config = dataclasses.replace(FULL[algo], **(QUICK[algo] if args.quick else sized(algo, budget)))
+        steps[algo] = config.total_steps
+        results[algo] = {}
+        if "funrl" in args.contestants:
+            results[algo][funrl_name] = run_funrl(algo, config, args)
+        if "sb3" in args.contestants:
+            results[algo]["SB3"] = run_sb3(algo, config, args.sb3_seeds, args)
+        if args.out:  # after every agent, so a long run leaves what it finished
+            args.out.write_text(json.dumps({"machine": machine(), "steps": steps, "results": results}))
+    print("\n".join(table(results, steps)))
     if args.out:
-        args.out.write_text(json.dumps(results))
         save_plot(results, args.out.with_suffix(".png"))
 
 
