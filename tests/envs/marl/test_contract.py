@@ -220,6 +220,16 @@ def test_registry_and_make_options() -> None:
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
+def test_each_scenario_has_a_continuous_id(env_id: str) -> None:
+    env, params = marl.make(f"mpe:{env_id}_continuous", max_cycles=7)
+    reference, reference_params = marl.make(env_id, continuous_actions=True, max_cycles=7)
+    assert env.continuous_actions and repr(env) == repr(reference) and params == reference_params
+    assert env.action_spaces(params) == reference.action_spaces(reference_params)
+    with pytest.raises(TypeError, match=rf"{env_id}_continuous: continuous_actions is fixed to True"):
+        marl.make(f"{env_id}_continuous", continuous_actions=False)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
 def test_reset_draws_mpe2s_ranges_and_uniform_goals(env_id: str) -> None:
     env, params = marl.make(env_id)
     _, states = marl.vmap(env, 3000).reset(random.key(0), params)

@@ -19,7 +19,7 @@ from funrl import random
 from funrl.envs import marl
 from funrl.testing import assert_trees_close
 
-SCENARIOS = marl.registry()
+SCENARIOS = marl.SCENARIOS  # the *_continuous ids are these envs, covered by continuous_actions=True
 
 
 @pytest.mark.parametrize("continuous_actions", [False, True], ids=["discrete", "continuous"])
