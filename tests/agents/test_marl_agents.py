@@ -1,5 +1,6 @@
-"""IPPO and MAPPO: agents as a vmap axis, seeds under vmap equal single runs, compiled equals
-eager, the CLI from a fresh process, clear errors, and learning on simple_spread."""
+"""IPPO and MAPPO: every team's own networks over packed tensors, agents as a vmap axis, seeds
+under vmap equal single runs, compiled equals eager, every scenario and action variant through
+the CLI from a fresh process, clear errors, and learning on simple_spread and simple_adversary."""
 
 from __future__ import annotations
 
