@@ -116,3 +116,17 @@ def test_two_ranks_write_the_sweep_of_one_process(one_process: Path, tmp_path: P
     assert_same_run(out, one_process)
     assert json.loads(checkpoint(out)["metadata"])["update"] == 3
     assert proc.stdout.count("funrl: trained in") == 1  # rank 0 reports
+
+
+def test_a_stopped_sweep_resumes_exactly(tmp_path: Path) -> None:
+    """The checkpoint holds every member's state, hyper-parameters included (they ride in it), so a
+    resumed sweep continues its grid; on another number of ranks too, through the same layout as
+    seeds (``test_seed_sharding``)."""
+    config = dataclasses.replace(TINY, total_steps=64)  # two updates
+    sweep = {"learning_rate": [1e-3, 3e-4]}
+    common_args = dict(num_seeds=2, compile=False, progress=False, checkpoint_every=1, log_every=1)
+    run.train_run("ppo", config, tmp_path / "whole", sweep=sweep, **common_args)
+    run.train_run("ppo", config, tmp_path / "cut", sweep=sweep, stop_after=1, **common_args)
+    assert json.loads(checkpoint(tmp_path / "cut")["metadata"])["update"] == 1
+    run.train_run("ppo", None, tmp_path / "cut", resume=True, **common_args)
+    assert_same_run(tmp_path / "cut", tmp_path / "whole")
