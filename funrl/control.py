@@ -165,19 +165,21 @@ def _scan_loop(
     length: int,
     reverse: bool,
 ) -> tuple[Carry, Tree]:
+    # Flattened once, not per step: in eager mode pytree handling costs more than a small step's ops.
+    xs_leaves, xs_spec = torch_pytree.tree_flatten(xs)
     carry = init
-    ys = []
+    ys_leaves = []
     steps = range(length - 1, -1, -1) if reverse else range(length)
     for t in steps:
-        x = torch_pytree.tree_map(lambda leaf, t=t: leaf[t], xs)
-        carry, y = f(carry, x)
-        ys.append(y)
+        carry, y = f(carry, torch_pytree.tree_unflatten([leaf[t] for leaf in xs_leaves], xs_spec))
+        leaves, ys_spec = torch_pytree.tree_flatten(y)
+        ys_leaves.append(leaves)
     if reverse:
-        ys.reverse()
-    if not ys:
+        ys_leaves.reverse()
+    if not ys_leaves:
         raise ValueError("length: expected at least one step")
-    stacked = torch_pytree.tree_map(lambda *leaves: torch.stack(leaves), *ys)
-    return carry, stacked
+    stacked = [torch.stack(column) for column in zip(*ys_leaves, strict=True)]
+    return carry, torch_pytree.tree_unflatten(stacked, ys_spec)
 
 
 _PLAIN_NAMEDTUPLE = "__funrl_scan_namedtuple__:"

@@ -319,3 +319,20 @@ def test_errors_name_the_argument():
         D.deterministic.entropy(torch.tensor(0.0))
     with pytest.raises(ValueError, match=r"loc, value: shapes \[2\] and \[3\] do not broadcast"):
         D.deterministic.log_prob(torch.zeros(2), torch.zeros(3))
+
+
+def test_noise_drawn_apart_gives_the_samples_of_the_key():
+    # A rollout draws every step's noise before its loop: the samples must be those of the key.
+    key = random.key(4)
+    logits = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    noise = D.categorical.noise(key, logits.shape)
+    assert torch.equal(D.categorical.sample_from_noise(noise, logits), random.categorical(key, logits))
+    value, log_prob = D.categorical.sample_and_log_prob_from_noise(noise, logits)
+    assert torch.equal(value, D.categorical.sample(key, logits))
+    assert torch.equal(log_prob, D.categorical.log_prob(logits, value))
+    loc, scale = torch.randn(5, 2), torch.full((2,), 0.5)
+    eps = D.normal.noise(key, (5, 2))
+    assert torch.equal(eps, random.normal(key, (5, 2)))
+    drawn = D.normal.sample_and_log_prob_from_noise(eps, loc, scale)
+    assert all(torch.equal(a, b) for a, b in zip(drawn, D.normal.sample_and_log_prob(key, loc, scale), strict=True))
+    assert torch.equal(D.normal.sample_from_noise(eps, loc, scale), drawn[0])

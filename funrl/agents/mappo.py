@@ -320,7 +320,11 @@ class TeamsEnvironment(Environment):
         length = torch.zeros((), dtype=torch.int64, device=key.device)
         return self.pack_obs(obs), TeamsState(env_state, returns, length, returns, length)
 
-    def step(self, key: torch.Tensor, state: TeamsState, action: torch.Tensor, params: Any = None) -> Any:
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> torch.Tensor:
+        """The key itself: the multi-agent env's own ``step`` draws its auto-reset."""
+        return key
+
+    def step_with(self, key: torch.Tensor, state: TeamsState, action: torch.Tensor, params: Any = None) -> Any:
         params = self.default_params if params is None else params
         step = self.env.step(key, state.env_state, self._unpack_actions(action), params)
         return self._finish(state, params, *step)

@@ -238,13 +238,18 @@ def make_train(
             hparams=float32_tensors(PPOHyperParams, values, device),
         )
 
-    def act(key: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
+    def draw_noise(key: torch.Tensor) -> torch.Tensor:
+        """One step's sampling noise for all ``config.num_envs`` environments (every rank's)."""
+        return dist.noise(key, (config.num_envs, action_dim))
+
+    def act(noise: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
         dist_params, value = policy(params, obs)
         dist_params = dist_params if continuous else (dist_params,)
-        # The draw for all environments, of which this rank keeps its rows: each row's sample
-        # depends on its own row and the key only, so an environment gets the action one process
-        # would draw for it.
-        action, log_prob = dist.sample_and_log_prob(key, *dp.at_all_rows(dist_params, config.num_envs))
+        # The sample for all environments, of which this rank keeps its rows: each row's sample
+        # depends on its own row and its noise only, so an environment gets the action one
+        # process would draw for it.
+        all_rows = dp.at_all_rows(dist_params, config.num_envs)
+        action, log_prob = dist.sample_and_log_prob_from_noise(noise, *all_rows)
         return dp.my_rows(action), {"log_prob": dp.my_rows(log_prob), "value": value}
 
     def loss_fn(params, hp: PPOHyperParams, minibatch: dict[str, torch.Tensor]):
@@ -285,10 +290,11 @@ def make_train(
         rollout_state, traj = envs.rollout(
             benv,
             env_params,
-            lambda k, obs: act(k, state.params, obs),
+            lambda noise, obs: act(noise, state.params, obs),
             key_rollout,
             (state.obs, state.env_state),
             config.num_steps,
+            policy_draw=draw_noise,
         )
         _, next_values = policy(state.params, traj.final_obs)
         advantages, returns = L.gae(

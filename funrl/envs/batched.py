@@ -3,7 +3,8 @@
 ``funrl.envs.vmap(env, num_envs)`` returns an object with the environment interface whose
 ``reset``/``step`` take one key, split it into ``num_envs`` keys and ``torch.func.vmap`` the
 single-environment function over them, so ``batched.step(key, ...)[i]`` equals
-``env.step(split(key, num_envs)[i], ...[i])`` exactly (tested). Observations, states, rewards and
+``env.step(split(key, num_envs)[i], ...[i])`` exactly (tested). ``draw_step``/``step_with`` batch
+the same way (``step`` is their composition, as for one environment). Observations, states, rewards and
 flags gain a leading ``[num_envs]`` dimension; so must the actions.
 
 Domain randomisation: name the params fields that carry a leading ``[num_envs]`` dimension in
@@ -45,9 +46,6 @@ class BatchedEnv:
                 f"batched_params: {unknown} are not fields of {type(env.default_params).__name__}; "
                 f"fields: {sorted(field_names)}"
             )
-        self._reset = torch.func.vmap(self._reset_one, in_dims=(0, 0, None), randomness="error")
-        self._step = torch.func.vmap(self._step_one, in_dims=(0, 0, 0, 0, None), randomness="error")
-        self._step_env = torch.func.vmap(self._step_env_one, in_dims=(0, 0, 0, 0, None), randomness="error")
 
     @property
     def name(self) -> str:
@@ -65,19 +63,18 @@ class BatchedEnv:
         """The space of ONE environment's action (batched ones add ``[num_envs]`` in front)."""
         return self.env.action_space(params)
 
-    # -- per-environment functions that vmap maps -------------------------------------------
+    # -- the per-environment function, vmapped -----------------------------------------------
 
-    def _params(self, shared: Any, batched: dict[str, torch.Tensor]) -> Any:
-        return dataclasses.replace(shared, **batched) if batched else shared
+    def _map(self, method: str, params: Any, *per_env: Any) -> Any:
+        """``self.env.<method>(*per_env, params)`` for every environment: ``vmap`` over the leading
+        dimension of every leaf of ``per_env`` and of the batched params fields."""
+        shared, batched = self._split_params(params)
 
-    def _reset_one(self, key: torch.Tensor, batched: dict[str, torch.Tensor], shared: Any) -> Any:
-        return self.env.reset(key, self._params(shared, batched))
+        def one_env(args: tuple[Any, ...], env_batched: dict[str, torch.Tensor]) -> Any:
+            env_params = dataclasses.replace(shared, **env_batched) if env_batched else shared
+            return getattr(self.env, method)(*args, env_params)
 
-    def _step_one(self, key, state, action, batched, shared):  # noqa: ANN001, ANN202
-        return self.env.step(key, state, action, self._params(shared, batched))
-
-    def _step_env_one(self, key, state, action, batched, shared):  # noqa: ANN001, ANN202
-        return self.env.step_env(key, state, action, self._params(shared, batched))
+        return torch.func.vmap(one_env, randomness="error")(per_env, batched)
 
     # -- the batched interface --------------------------------------------------------------
 
@@ -101,8 +98,7 @@ class BatchedEnv:
 
     def reset(self, key: torch.Tensor, params: Any = None) -> tuple[torch.Tensor, Any]:
         """Reset all environments: ``(obs [num_envs, ...], state)``."""
-        shared, batched = self._split_params(params)
-        obs, state = self._reset(self.keys(key), batched, shared)
+        obs, state = self._map("reset", params, self.keys(key))
 
         # Per-env fields sliced from one draw come out strided; step returns contiguous leaves, so
         # a compiled step would otherwise specialise (and recompile) on the first call's strides.
@@ -112,21 +108,29 @@ class BatchedEnv:
 
         return dense(obs), ftree.map(dense, state)
 
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> Any:
+        """Every environment's ``draw_step`` from its key of ``keys(key)`` (``[num_envs]`` first)."""
+        return self._map("draw_step", params, self.keys(key))
+
+    def step_with(
+        self, draw: Any, state: Any, action: torch.Tensor, params: Any = None
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """``step`` given ``draw = draw_step(key, params)``."""
+        self._check_batch(action)
+        return self._map("step_with", params, draw, state, action)
+
     def step(
         self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None
     ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """Step all environments (auto-reset per environment); every output has ``[num_envs]`` first."""
-        self._check_batch(action)
-        shared, batched = self._split_params(params)
-        return self._step(self.keys(key), state, action, batched, shared)
+        return self.step_with(self.draw_step(key, params), state, action, params)
 
     def step_env(
         self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None
     ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """The raw transition of all environments (no auto-reset)."""
         self._check_batch(action)
-        shared, batched = self._split_params(params)
-        return self._step_env(self.keys(key), state, action, batched, shared)
+        return self._map("step_env", params, self.keys(key), state, action)
 
     def _check_batch(self, action: Any) -> None:
         if not isinstance(action, torch.Tensor):

@@ -11,6 +11,17 @@ of an episode into ``terminated`` (the MDP reached a terminal state: do not boot
 ``step`` auto-resets: where the episode ended it returns the first observation and state of a
 new episode and keeps the last observation of the old one in ``info["final_obs"]``.
 ``step_env`` and ``reset_env`` are the raw transition and reset that each environment defines.
+
+``step`` is two functions composed, ``step_with(draw_step(key, params), state, action, params)``:
+``draw_step`` is everything the step takes from its key (the key of ``step_env`` and the reset
+that replaces the state where an episode ends), ``step_with`` the transition given those draws.
+A rollout draws all its steps' values in one batched call before its loop
+(``vmap(draw_step)`` over the steps' keys): one call instead of one per step, which is most of an
+eager step's work, and a lighter loop body when compiled. The price is memory: a ``[T, ...]``
+reset state per environment for a ``T``-step rollout. An environment defines ``reset_env``,
+``step_env`` (and ``step_keys`` if its ``step_env`` draws nothing); a class that changes how the
+auto-reset combines them overrides ``draw_step``/``step_with`` (a class that overrides ``step``
+alone is refused when it is defined: rollouts would bypass it).
 States are NamedTuples (with the episode time in them); params are frozen dataclasses
 whose fields may be floats or tensors (a tensor field can be vmapped: domain randomisation).
 """
@@ -202,6 +213,31 @@ class Environment(Generic[TState, TParams]):
         params = self.default_params if params is None else params
         return self.reset_env(key, params)
 
+    def draw_step(self, key: torch.Tensor, params: TParams | None = None) -> Any:
+        """What ``step(key, ...)`` draws from ``key``: ``(key_step, (obs_reset, state_reset))``,
+        the key ``step_env`` gets and the reset an ending episode is replaced with. It depends on
+        the key and params only, so a rollout draws every step's values before its loop."""
+        params = self.default_params if params is None else params
+        key_step, key_reset = self.step_keys(key, params)
+        return key_step, self.reset_env(key_reset, params)
+
+    def step_with(
+        self, draw: Any, state: TState, action: torch.Tensor, params: TParams | None = None
+    ) -> tuple[torch.Tensor, TState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """``step`` given ``draw = draw_step(key, params)``: the raw transition, then the drawn
+        reset wherever the episode ended; ``info["final_obs"]`` is the pre-reset observation."""
+        params = self.default_params if params is None else params
+        key_step, (obs_reset, state_reset) = draw
+        obs_step, state_step, reward, terminated, truncated, info = self.step_env(
+            key_step, state, action, params
+        )
+        done = terminated | truncated
+        state = _where_tree(done, state_reset, state_step)
+        obs = _where_tree(done, obs_reset, obs_step)
+        info = dict(info)
+        info["final_obs"] = obs_step
+        return obs, state, reward, terminated, truncated, info
+
     def step(
         self,
         key: torch.Tensor,
@@ -209,19 +245,18 @@ class Environment(Generic[TState, TParams]):
         action: torch.Tensor,
         params: TParams | None = None,
     ) -> tuple[torch.Tensor, TState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """One transition with auto-reset; ``info["final_obs"]`` is the pre-reset observation."""
-        params = self.default_params if params is None else params
-        key_step, key_reset = self.step_keys(key, params)
-        obs_step, state_step, reward, terminated, truncated, info = self.step_env(
-            key_step, state, action, params
-        )
-        obs_reset, state_reset = self.reset_env(key_reset, params)
-        done = terminated | truncated
-        state = _where_tree(done, state_reset, state_step)
-        obs = _where_tree(done, obs_reset, obs_step)
-        info = dict(info)
-        info["final_obs"] = obs_step
-        return obs, state, reward, terminated, truncated, info
+        """One transition with auto-reset: ``step_with(draw_step(key, params), ...)``."""
+        return self.step_with(self.draw_step(key, params), state, action, params)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Rollouts call draw_step and step_with, not step: a step overridden alone would be
+        # silently bypassed there.
+        if "step" in cls.__dict__ and "step_with" not in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__}: override draw_step and step_with (or reset_env and step_env), not "
+                "step alone: step is step_with(draw_step(key, params), ...) and rollouts call those two"
+            )
 
     def __repr__(self) -> str:
         return f"{self.name}()"

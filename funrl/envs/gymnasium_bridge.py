@@ -545,7 +545,11 @@ class HostEnvironment(Environment):
             out_info,
         )
 
-    def step(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None):
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> torch.Tensor:
+        """Nothing to draw ahead: the host envs reset themselves from their own generators."""
+        return key
+
+    def step_with(self, draw: Any, state: Any, action: torch.Tensor, params: Any = None):
         self._refuse_traced()
         return self._step(state, action)
 

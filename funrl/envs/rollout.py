@@ -1,11 +1,17 @@
 """``rollout``: the pure, time-major trajectory collector on-policy agents call.
 
 PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` splits ``fold_in(key, t)``
-into a policy key and an environment key (all steps' keys are drawn before the loop), asks
-``policy_fn(key, obs)`` for an action (and any extras: log-probabilities, values), steps the
-environment (auto-reset) and records the transition. The loop goes through
-:func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE graph (the scan
-higher-order op) under ``torch.compile(fullgraph=True)``; both give the same numbers (tested).
+into a policy key and an environment key, asks ``policy_fn`` for an action (and any extras:
+log-probabilities, values), steps the environment (auto-reset) and records the transition. The
+loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE
+graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``; both give the same
+numbers (tested).
+
+Everything random is drawn before the loop, for all ``T`` steps in one batched call: the
+environment's ``draw_step`` (its step keys and auto-reset states) and the policy's
+``policy_draw`` (e.g. a distribution's ``noise``). Each draw is a few hundred integer ops
+whatever its size, so one call instead of ``T`` is most of an eager rollout's time; compiled, the
+loop body keeps only the transition. The values are those of drawing inside the loop (tested).
 """
 
 from __future__ import annotations
@@ -46,7 +52,11 @@ class Trajectory(NamedTuple):
     info: dict[str, Any]
 
 
-PolicyFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, Any]]
+PolicyFn = Callable[[Any, torch.Tensor], tuple[torch.Tensor, Any]]
+
+
+def _the_key(key: torch.Tensor) -> torch.Tensor:
+    return key
 
 
 def rollout(
@@ -56,17 +66,23 @@ def rollout(
     key: torch.Tensor,
     state: RolloutState | tuple[torch.Tensor, Any],
     num_steps: int,
+    policy_draw: Callable[[torch.Tensor], Any] | None = None,
 ) -> tuple[RolloutState, Trajectory]:
     """Run ``policy_fn`` in ``env`` for ``num_steps`` steps.
 
     Args:
-        env: an environment (single, or batched by ``funrl.envs.vmap``).
+        env: an environment (single, or batched by ``funrl.envs.vmap``): anything with
+            ``draw_step`` and ``step_with`` (every :class:`~funrl.envs.Environment` and wrapper).
         env_params: its params (``None`` for the defaults).
-        policy_fn: ``policy_fn(key, obs) -> (action, extras)``; ``extras`` is any pytree of
-            tensors (``{}`` for none), stacked over time in the trajectory.
+        policy_fn: ``policy_fn(drawn, obs) -> (action, extras)``; ``drawn`` is the step's policy
+            key, or ``policy_draw`` of it; ``extras`` is any pytree of tensors (``{}`` for none),
+            stacked over time in the trajectory.
         key: a PRNG key; step ``t`` uses keys derived from ``fold_in(key, t)``.
         state: ``(obs, env_state)`` as returned by ``env.reset`` or by a previous rollout.
         num_steps: number of steps ``T``.
+        policy_draw: ``policy_draw(key) -> drawn``, the random values ``policy_fn`` needs from its
+            step's key (e.g. ``distributions.categorical.noise(key, [num_envs, K])``), drawn for
+            all steps before the loop. Default: the key itself.
 
     Returns:
         ``(RolloutState(obs, env_state) after the last step, Trajectory with [T, ...] leaves)``.
@@ -77,22 +93,27 @@ def rollout(
         raise TypeError(
             f"state: expected the (obs, env_state) pair that env.reset returns, got {type(state).__name__}"
         )
+    missing = [name for name in ("draw_step", "step_with") if not hasattr(env, name)]
+    if missing:
+        raise TypeError(
+            f"env: expected a funrl environment with draw_step and step_with (see "
+            f"funrl.envs.Environment), got {type(env).__name__} without {missing}"
+        )
     random._check_key(key)
     env_params = env.default_params if env_params is None else env_params
+    policy_draw = _the_key if policy_draw is None else policy_draw
 
-    # Every step's keys are drawn before the loop, in one vectorised call: inside a compiled loop
-    # each Threefry call costs a kernel and tens of small buffers per iteration (host work that
-    # dwarfs the arithmetic on a few envs), outside it the draw for all T steps is one kernel.
-    # The keys are the same ``split(fold_in(key, t))`` as a per-step draw.
-    step_keys = torch.func.vmap(lambda t: random.split(random.fold_in(key, t)))(
-        torch.arange(num_steps, device=key.device)
-    )
+    def draws(t: torch.Tensor) -> tuple[Any, Any]:
+        key_policy, key_env = random.split(random.fold_in(key, t))
+        return policy_draw(key_policy), env.draw_step(key_env, env_params)
 
-    def one_step(carry: RolloutState, keys: torch.Tensor) -> tuple[RolloutState, Trajectory]:
-        key_policy, key_env = keys
-        action, extras = policy_fn(key_policy, carry.obs)
-        obs, env_state, reward, terminated, truncated, info = env.step(
-            key_env, carry.env_state, action, env_params
+    step_draws = torch.func.vmap(draws, randomness="error")(torch.arange(num_steps, device=key.device))
+
+    def one_step(carry: RolloutState, drawn: tuple[Any, Any]) -> tuple[RolloutState, Trajectory]:
+        policy_drawn, env_drawn = drawn
+        action, extras = policy_fn(policy_drawn, carry.obs)
+        obs, env_state, reward, terminated, truncated, info = env.step_with(
+            env_drawn, carry.env_state, action, env_params
         )
         info = dict(info)
         final_obs = info.pop("final_obs")
@@ -100,4 +121,4 @@ def rollout(
         return RolloutState(obs, env_state), transition
 
     obs, env_state = state
-    return control.scan(one_step, RolloutState(obs, env_state), step_keys)
+    return control.scan(one_step, RolloutState(obs, env_state), step_draws)

@@ -53,7 +53,16 @@ __all__ = [
 StepOut = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
-_ENV_METHODS = ("reset", "step", "step_env", "observation_space", "action_space", "default_params")
+_ENV_METHODS = (
+    "reset",
+    "step",
+    "draw_step",
+    "step_with",
+    "step_env",
+    "observation_space",
+    "action_space",
+    "default_params",
+)
 
 
 class Wrapper(Environment):
@@ -61,7 +70,9 @@ class Wrapper(Environment):
 
     Hooks: ``_on_reset(obs, env_state, params) -> (obs, state)`` and
     ``_on_step(inner_step, key, state, action, params, auto_reset) -> step tuple`` where
-    ``inner_step`` is the inner env's ``step`` (``auto_reset=True``) or ``step_env``.
+    ``inner_step`` is the inner env's ``step_with`` (``auto_reset=True``; ``key`` is then the
+    inner env's draws, see ``Environment.draw_step``) or ``step_env``: hooks pass ``key`` on
+    untouched.
     Params are the inner env's params: wrapper options are static constructor arguments.
     """
 
@@ -117,9 +128,16 @@ class Wrapper(Environment):
     def step_env(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any) -> StepOut:
         return self._on_step(self.env.step_env, key, state, action, params, auto_reset=False)
 
-    def step(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None) -> StepOut:
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> Any:
+        """The inner env's draws: the auto-reset happens inside the inner env's step."""
+        return self.env.draw_step(key, params)
+
+    def step_with(self, draw: Any, state: Any, action: torch.Tensor, params: Any = None) -> StepOut:
         params = self.default_params if params is None else params
-        return self._on_step(self.env.step, key, state, action, params, auto_reset=True)
+        return self._on_step(self.env.step_with, draw, state, action, params, auto_reset=True)
+
+    def step(self, key: torch.Tensor, state: Any, action: torch.Tensor, params: Any = None) -> StepOut:
+        return self.step_with(self.draw_step(key, params), state, action, params)
 
     def __repr__(self) -> str:
         return self.name

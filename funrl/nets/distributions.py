@@ -8,6 +8,13 @@ Each distribution is a namespace of pure functions taking its parameters as tens
     mode(*params) -> the most likely value
     sample_and_log_prob(key, *params) -> (value, log_prob)
 
+``categorical`` and ``normal`` also split a sample into its noise and a deterministic function of
+it, so a rollout can draw every step's noise before its loop (one call instead of one per step):
+
+    noise(key, shape, dtype) -> noise          (shape: the params' broadcast shape)
+    sample_from_noise(noise, *params) -> value
+    sample_and_log_prob_from_noise(noise, *params) -> (value, log_prob)
+
 =================  ================  ==========================================================
 namespace          params            event
 =================  ================  ==========================================================
@@ -31,6 +38,7 @@ No checks here read tensor values (no host sync): parameters are trusted to be v
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -82,10 +90,23 @@ class Categorical:
             raise ValueError("logits: expected shape [..., K], got a scalar")
 
     @staticmethod
-    def sample(key: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """An index per batch element, int64 ``[...]`` (Gumbel-max)."""
+    def noise(key: torch.Tensor, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The Gumbel noise a sample from logits of ``shape`` ``[..., K]`` adds: drawn apart from
+        the logits, so a rollout can draw every step's noise before its loop."""
+        return random.gumbel(key, shape, dtype)
+
+    @staticmethod
+    def sample_from_noise(noise: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """``argmax(logits + noise)``: int64 ``[...]``; with ``noise(key, logits.shape)`` it is
+        ``sample(key, logits)``."""
         Categorical._check(logits)
-        return random.categorical(key, logits)
+        return torch.argmax(logits + noise, dim=-1)
+
+    @staticmethod
+    def sample(key: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """An index per batch element, int64 ``[...]`` (Gumbel-max, as ``random.categorical``)."""
+        Categorical._check(logits)
+        return Categorical.sample_from_noise(Categorical.noise(key, logits.shape, logits.dtype), logits)
 
     @staticmethod
     def log_prob(logits: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -117,6 +138,13 @@ class Categorical:
         value = Categorical.sample(key, logits)
         return value, Categorical.log_prob(logits, value)
 
+    @staticmethod
+    def sample_and_log_prob_from_noise(
+        noise: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        value = Categorical.sample_from_noise(noise, logits)
+        return value, Categorical.log_prob(logits, value)
+
 
 class Normal:
     """A diagonal Gaussian over the last dim: ``loc, scale [..., D]`` (broadcastable)."""
@@ -131,10 +159,22 @@ class Normal:
         return shape
 
     @staticmethod
+    def noise(key: torch.Tensor, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``eps ~ N(0, I)`` of ``shape`` (``loc`` and ``scale`` broadcast): drawn apart from the
+        parameters, so a rollout can draw every step's noise before its loop."""
+        return random.normal(key, shape, dtype)
+
+    @staticmethod
+    def sample_from_noise(noise: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``loc + scale * noise``; with ``noise(key, shape)`` it is ``sample(key, loc, scale)``."""
+        Normal._check(loc, scale)
+        return loc + scale * noise
+
+    @staticmethod
     def sample(key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """``loc + scale * eps``, ``eps ~ N(0, I)``: ``[..., D]``, differentiable in ``loc, scale``."""
         shape = Normal._check(loc, scale)
-        return loc + scale * random.normal(key, shape, loc.dtype)
+        return Normal.sample_from_noise(Normal.noise(key, shape, loc.dtype), loc, scale)
 
     @staticmethod
     def log_prob(loc: torch.Tensor, scale: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -161,9 +201,15 @@ class Normal:
         key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         shape = Normal._check(loc, scale)
-        eps = random.normal(key, shape, loc.dtype)
-        log_prob = (-0.5 * eps.square() - torch.log(scale) - _HALF_LOG_2PI).sum(-1)
-        return loc + scale * eps, log_prob
+        return Normal.sample_and_log_prob_from_noise(Normal.noise(key, shape, loc.dtype), loc, scale)
+
+    @staticmethod
+    def sample_and_log_prob_from_noise(
+        noise: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        Normal._check(loc, scale)
+        log_prob = (-0.5 * noise.square() - torch.log(scale) - _HALF_LOG_2PI).sum(-1)
+        return loc + scale * noise, log_prob
 
 
 def _log_abs_det_tanh(u: torch.Tensor) -> torch.Tensor:

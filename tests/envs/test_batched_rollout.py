@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 import funrl.envs as E
 from funrl import control, random
 from funrl import tree as ftree
+from funrl.envs import wrappers
 from funrl.envs.cartpole import CartPoleState
+from funrl.nets import distributions
 
 
 def cartpole_state(x, x_dot, theta, theta_dot, time):
@@ -135,6 +137,49 @@ def test_rollout_equals_the_loop_it_documents():
     next_obs = torch.cat([traj.obs[1:], last_obs[None]])
     differs = (traj.final_obs != next_obs).any(-1)
     assert torch.equal(differs, done)
+
+
+@pytest.mark.parametrize(
+    "env_id, wrap",
+    [
+        ("Acrobot-v1", False),
+        ("Pendulum-v1", True),
+        ("Breakout-MinAtar", False),
+        ("DeepSea-bsuite", False),
+    ],
+)
+def test_rollout_drawing_ahead_equals_stepping_with_keys(env_id, wrap):
+    # The rollout draws every step's env values (keys and auto-resets) and the policy's noise
+    # before its loop: the trajectory is the one of drawing inside the loop, for every kind of
+    # env (its own step_with in MinAtar, wrappers around the batched view).
+    env, params = E.make(env_id, max_episode_steps=6)
+    batched = E.vmap(env, 3)
+    if wrap:
+        batched = wrappers.NormalizeObservation(wrappers.EpisodeStatistics(batched))
+    space = env.action_space(params)
+    dist = distributions.normal if isinstance(space, E.Box) else distributions.categorical
+    shape = (3, space.shape[0]) if isinstance(space, E.Box) else (3, space.n)
+
+    def act(noise, obs):
+        logits = obs.reshape(3, -1)[:, :1].float().expand(shape)
+        params_ = (logits, torch.ones(shape)) if dist is distributions.normal else (logits,)
+        return dist.sample_from_noise(noise, *params_), {}
+
+    def act_with_key(key, obs):
+        return act(dist.noise(key, shape), obs)
+
+    obs, state = batched.reset(random.key(0), params)
+    (last_obs, last_state), traj = E.rollout(
+        batched, params, act, random.key(3), (obs, state), 10, policy_draw=lambda k: dist.noise(k, shape)
+    )
+    ref_obs, ref_state, records = manual_rollout(batched, params, act_with_key, random.key(3), obs, state, 10)
+    assert ftree.tree_equal((last_obs, last_state), (ref_obs, ref_state))
+    assert bool((traj.terminated | traj.truncated).any())
+    for t, (o, a, r, term, trunc, final, _) in enumerate(records):
+        assert ftree.tree_equal(
+            (traj.obs[t], traj.action[t], traj.reward[t], traj.terminated[t], traj.truncated[t], traj.final_obs[t]),
+            (o, a, r, term, trunc, final),
+        )
 
 
 def test_rollout_single_env_and_bad_input():

@@ -77,16 +77,16 @@ class TimeChangesDtype(CartPole):
 
 
 class NoAutoReset(CartPole):
-    def step(self, key, state, action, params=None):
+    def step_with(self, draw, state, action, params=None):
         params = self.default_params if params is None else params
-        key_step, _ = self.step_keys(key, params)
+        key_step, _ = draw
         obs, state, reward, terminated, truncated, info = self.step_env(key_step, state, action, params)
         return obs, state, reward, terminated, truncated, {"final_obs": obs}
 
 
 class WrongFinalObs(CartPole):
-    def step(self, key, state, action, params=None):
-        obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+    def step_with(self, draw, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = super().step_with(draw, state, action, params)
         return obs, state, reward, terminated, truncated, {"final_obs": obs}
 
 
@@ -98,8 +98,8 @@ class HostSync(CartPole):
 
 
 class NoFinalObs(CartPole):
-    def step(self, key, state, action, params=None):
-        obs, state, reward, terminated, truncated, _ = super().step(key, state, action, params)
+    def step_with(self, draw, state, action, params=None):
+        obs, state, reward, terminated, truncated, _ = super().step_with(draw, state, action, params)
         return obs, state, reward, terminated, truncated, {}
 
 
@@ -147,3 +147,12 @@ def test_validate_action():
 def test_state_class_is_what_the_planted_bugs_build_on():
     _, state = CartPole().reset(random.key(0))
     assert isinstance(state, CartPoleState)
+
+
+def test_an_env_overriding_step_alone_is_refused():
+    # rollouts call draw_step/step_with: a step of its own would be bypassed there
+    with pytest.raises(TypeError, match="OwnStep: override draw_step and step_with"):
+
+        class OwnStep(CartPole):
+            def step(self, key, state, action, params=None):
+                return super().step(key, state, action, params)

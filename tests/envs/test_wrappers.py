@@ -85,11 +85,13 @@ class Batched(Environment):
 
     reset_env = reset
 
-    def step(self, key, state, action, params=None):
+    def draw_step(self, key, params=None):
         params = self.default_params if params is None else params
-        return torch.func.vmap(self.env.step, in_dims=(0, 0, 0, None))(
-            random.split(key, self.n), state, action, params
-        )
+        return torch.func.vmap(self.env.draw_step, in_dims=(0, None))(random.split(key, self.n), params)
+
+    def step_with(self, draw, state, action, params=None):
+        params = self.default_params if params is None else params
+        return torch.func.vmap(self.env.step_with, in_dims=(0, 0, 0, None))(draw, state, action, params)
 
 
 def actions(key: torch.Tensor, n: int, batch: tuple[int, ...] = ()) -> torch.Tensor:

@@ -169,21 +169,21 @@ def binary_image(cells: list[tuple[torch.Tensor, torch.Tensor]], boards: list[to
     return image.reshape(GRID, GRID, n).view(torch.bool)
 
 
-def auto_reset_step(
+def auto_reset_step_with(
     env: Environment,
-    key: torch.Tensor,
+    draw: Any,
     state: Any,
     action: torch.Tensor,
     params: EnvParams | None = None,
 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """``Environment.step`` (same keys, same outputs) with the state chosen before the observation
-    is drawn: ``observation(where(done, reset_state, step_state))`` equals ``where(done,
+    """``Environment.step_with`` (same draws, same outputs) with the state chosen before the
+    observation is drawn: ``observation(where(done, reset_state, step_state))`` equals ``where(done,
     reset_obs, step_obs)``, and selects 100-cell uint8 boards instead of bool images. A game
-    whose observation is drawn from boards takes it as its ``step`` (``step = auto_reset_step``)."""
+    whose observation is drawn from boards takes it as its ``step_with``
+    (``step_with = auto_reset_step_with``)."""
     params = env.default_params if params is None else params
-    key_step, key_reset = env.step_keys(key, params)
+    key_step, (_, state_reset) = draw
     obs_step, state_step, reward, terminated, truncated, info = env.step_env(key_step, state, action, params)
-    _, state_reset = env.reset_env(key_reset, params)
     done = terminated | truncated
 
     def select(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ from funrl.envs.minatar._common import (
     action_space,
     active_action_set,
     as_board,
-    auto_reset_step,
+    auto_reset_step_with,
     band,
     binary_image,
     board_any,
@@ -174,7 +174,7 @@ class Breakout(Environment[BreakoutState, BreakoutParams]):
         return self.observation(state, params), state, reward, terminated, truncated, {}
 
     # Environment.step's auto-reset, with the observation drawn once from the chosen state.
-    step = auto_reset_step
+    step_with = auto_reset_step_with
 
     def observation_space(self, params: BreakoutParams | None = None) -> Box:
         return Box(low=False, high=True, shape=(GRID, GRID, 4), dtype=torch.bool)
