@@ -413,9 +413,11 @@ def check_finite(
 
     ``metrics[name]`` has shape ``[updates]`` or ``[updates, seeds]`` (host tensors); its first row
     is update number ``first_update`` (1-based: the state after it has ``update_count`` equal to it).
+    A breakdown ``name/part`` (e.g. one team's ``episode_return/adversary``) may be NaN where
+    ``name`` may.
     """
     for name, values in metrics.items():
-        if name in may_be_nan:
+        if name in may_be_nan or name.split("/", 1)[0] in may_be_nan:
             continue
         bad = ~torch.isfinite(values)
         if bool(bad.any()):
