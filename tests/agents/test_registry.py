@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 from funrl import random
 from funrl.__main__ import build_parser, config_from_args, main
@@ -159,3 +160,10 @@ def test_declared_action_spaces_are_the_ones_the_agent_trains_on(algo: str) -> N
 
 def _env_for(spec: registry.AgentSpec) -> str:
     return "CartPole-v1" if "discrete" in spec.action_spaces else "Pendulum-v1"
+
+
+def test_check_finite_lets_a_breakdown_be_nan_where_its_metric_may():
+    nan = torch.tensor([float("nan")])
+    common.check_finite({"episode_return/adversary": nan}, 1, frozenset({"episode_return"}))
+    with pytest.raises(common.NonFiniteError, match=r"non-finite loss/actor \(nan\) at update 1"):
+        common.check_finite({"loss/actor": nan}, 1, frozenset({"episode_return"}))
