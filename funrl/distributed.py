@@ -247,6 +247,22 @@ class DataParallel(NamedTuple):
         """The mean of ``x`` over ranks (every rank contributes an equal share)."""
         return self.all_reduce_sum(x) / self.world_size
 
+    def sum_tree(self, tree: Any) -> Any:
+        """Every leaf of ``tree`` summed over the ranks, in one all-reduce of their flattened
+        concatenation; ``tree`` itself for one rank (no copies into a buffer for nothing)."""
+        if self.world_size == 1:  # a Python constant of the agent: decided when it is built
+            return tree
+        leaves, spec = ftree.flatten(tree)
+        flat = self.all_reduce_sum(torch.cat([leaf.reshape(-1) for leaf in leaves]))
+        parts = flat.split([leaf.numel() for leaf in leaves])
+        return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
+
+    def mean_tree(self, tree: Any) -> Any:
+        """Every leaf of ``tree`` averaged over the ranks (one all-reduce, as :meth:`sum_tree`)."""
+        if self.world_size == 1:
+            return tree
+        return ftree.map(lambda leaf: leaf / self.world_size, self.sum_tree(tree))
+
     def all_gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         """Every rank's ``x`` concatenated along ``dim`` in rank order, on every rank.
 

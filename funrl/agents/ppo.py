@@ -33,7 +33,6 @@ import torch
 
 from funrl import envs, nets, optim, random
 from funrl import losses as L
-from funrl import tree as ftree
 from funrl.agents.common import (
     Agent,
     BatchedEnvLike,
@@ -274,17 +273,6 @@ def make_train(
 
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
-    def flat_mean_over_ranks(tree: Any) -> Any:
-        """Every leaf averaged over the ranks, in one all-reduce of their flattened concatenation."""
-        leaves, spec = ftree.flatten(tree)
-        flat = dp.mean(torch.cat([leaf.reshape(-1) for leaf in leaves]))
-        parts = flat.split([leaf.numel() for leaf in leaves])
-        return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
-
-    # One process: the mean is the tree itself, and the copies into one buffer would cost a
-    # gradient step time for nothing.
-    mean_over_ranks = flat_mean_over_ranks if dp.world_size > 1 else (lambda tree: tree)
-
     def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_epochs = random.split(key)
         rollout_state, traj = envs.rollout(
@@ -335,7 +323,7 @@ def make_train(
                 minibatch["advantages"] = L.normalize_advantages(minibatch["advantages"])
             mine = {k: v[my_rows.start : my_rows.stop] for k, v in minibatch.items()}
             grads, (loss, metrics) = grad_fn(params, hp, mine)
-            grads, metrics = mean_over_ranks((grads, metrics))
+            grads, metrics = dp.mean_tree((grads, metrics))
             updates, opt_state = tx.update(grads, opt_state, params)
             metrics = {**metrics, "grad_norm": optim.global_norm(grads)}
             return (optim.apply_updates(params, updates), opt_state), metrics

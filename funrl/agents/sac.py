@@ -362,16 +362,6 @@ def make_train(
     actor_grad = torch.func.grad_and_value(over_my_rows(L.sac_actor_objective), has_aux=True)
     alpha_grad = torch.func.grad_and_value(temperature_share, has_aux=True)
 
-    def flat_sum_over_ranks(tree: Any) -> Any:
-        """Every leaf summed over the ranks, in one all-reduce of their flattened concatenation."""
-        leaves, spec = ftree.flatten(tree)
-        flat = dp.all_reduce_sum(torch.cat([leaf.reshape(-1) for leaf in leaves]))
-        parts = flat.split([leaf.numel() for leaf in leaves])
-        return ftree.unflatten(spec, [part.view_as(leaf) for part, leaf in zip(parts, leaves, strict=True)])
-
-    # One process: the sum is the tree itself (decided here, when the agent is built).
-    sum_over_ranks = flat_sum_over_ranks if dp.world_size > 1 else (lambda tree: tree)
-
     def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
         key_rollout, key_train = random.split(key)
         warming_up = state.update_count * n < config.learning_starts
@@ -403,7 +393,7 @@ def make_train(
                 batch=batch, keys=row_keys(key_critic), actor=actor, critic=critic, gamma=hp.gamma,
             )  # fmt: skip
             # Each rank's shares of the batch means; their sum is the mean over the whole batch.
-            critic_grads, critic_loss, q_mean = sum_over_ranks(
+            critic_grads, critic_loss, q_mean = dp.sum_tree(
                 (critic_grads, critic_loss, critic_metrics["q_mean"].sum() / batch_size)
             )
             updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
@@ -412,14 +402,14 @@ def make_train(
                 params["actor"], new_critic, alpha,
                 batch=batch, keys=row_keys(key_actor), actor=actor, critic=critic,
             )  # fmt: skip
-            actor_grads, actor_loss, entropy = sum_over_ranks(
+            actor_grads, actor_loss, entropy = dp.sum_tree(
                 (actor_grads, actor_loss, actor_metrics["entropy"].sum() / batch_size)
             )
             updates, new_actor_opt = actor_tx.update(actor_grads, actor_opt, params["actor"])
             new_actor = optim.apply_updates(params["actor"], updates)
             if config.autotune:
                 alpha_g, (alpha_loss, _) = alpha_grad(log_alpha, actor_metrics["log_prob"])
-                alpha_g, alpha_loss = sum_over_ranks((alpha_g, alpha_loss))
+                alpha_g, alpha_loss = dp.sum_tree((alpha_g, alpha_loss))
                 update_alpha, new_alpha_opt = critic_tx.update(alpha_g, alpha_opt, log_alpha)
                 new_log_alpha = optim.apply_updates(log_alpha, update_alpha)
             else:
