@@ -17,14 +17,7 @@ from funrl import tree as ftree
 from funrl.envs import marl
 from funrl.testing import assert_pure, assert_trees_close, assert_vmap_equals_loop
 
-SCENARIOS = [
-    "simple_spread",
-    "simple_tag",
-    "simple_adversary",
-    "simple_reference",
-    "simple_speaker_listener",
-    "simple_push",
-]
+SCENARIOS = marl.SCENARIOS
 
 
 @pytest.mark.parametrize("continuous_actions", [False, True], ids=["discrete", "continuous"])

@@ -11,14 +11,7 @@ from mpe_reference import make_reference, random_actions, run_conformance, state
 from funrl import random
 from funrl.envs import marl
 
-SCENARIOS = [
-    "simple_spread",
-    "simple_tag",
-    "simple_adversary",
-    "simple_reference",
-    "simple_speaker_listener",
-    "simple_push",
-]
+SCENARIOS = marl.SCENARIOS
 
 
 @pytest.mark.parametrize("continuous_actions", [False, True], ids=["discrete", "continuous"])
