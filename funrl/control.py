@@ -261,19 +261,34 @@ def _scan_hop(
     init_leaves, init_spec = torch_pytree.tree_flatten(init)
     # The op requires the carry to keep the init's strides; body outputs are dense, while an init
     # may be a view (a size-1 or broadcast dim with an odd stride), so give the init dense strides.
+    # Carry leaves also travel without their size-1 dims: under vmap the op moves the batch dim
+    # last, and inductor may then stride a size-1 dim of the init otherwise than the body's output
+    # (the same memory layout, which the op still refuses).
+    shapes = [leaf.shape if isinstance(leaf, torch.Tensor) else None for leaf in init_leaves]
     init_leaves = [
-        leaf.clone(memory_format=torch.contiguous_format) if isinstance(leaf, torch.Tensor) else leaf
+        leaf.reshape([d for d in leaf.shape if d != 1]).clone(memory_format=torch.contiguous_format)
+        if isinstance(leaf, torch.Tensor)
+        else leaf
         for leaf in init_leaves
     ]
 
+    def unsqueezed(leaves: list[Any]) -> Carry:
+        return torch_pytree.tree_unflatten(
+            [
+                leaf if shape is None else leaf.reshape(shape)
+                for leaf, shape in zip(leaves, shapes, strict=True)
+            ],
+            init_spec,
+        )
+
     def body(carry_leaves: list[torch.Tensor], x: Tree) -> tuple[list[torch.Tensor], Tree]:
-        new_carry, y = f(torch_pytree.tree_unflatten(carry_leaves, init_spec), x)
+        new_carry, y = f(unsqueezed(carry_leaves), x)
         # Each new carry leaf is written into a copy of the carry it replaces: the op requires the
         # carry to keep its exact strides, and under vmap the layout the step's arithmetic picks
-        # can differ from the init's (the batch dimension sits elsewhere in memory, size-1 dims
-        # get other strides); a clone keeps them, even under vmap.
+        # can differ from the init's (the batch dimension sits elsewhere in memory); a clone
+        # keeps them, even under vmap.
         new_leaves = [
-            old.clone().copy_(new)
+            old.clone().copy_(new.reshape(old.shape))
             for old, new in zip(carry_leaves, torch_pytree.tree_leaves(new_carry), strict=True)
         ]
         if _is_plain(y):
@@ -283,7 +298,7 @@ def _scan_hop(
         return new_leaves, {_PLAIN_OPAQUE: y_leaves}
 
     carry_leaves, ys = scan_hop(body, init_leaves, xs, reverse=reverse)
-    carry = torch_pytree.tree_unflatten(carry_leaves, init_spec)
+    carry = unsqueezed(carry_leaves)
     if type(ys) is dict and _PLAIN_OPAQUE in ys:
         _, y_probe = f(init, torch_pytree.tree_map(lambda leaf: leaf[0], xs))
         probe_leaves, y_spec = torch_pytree.tree_flatten(y_probe)

@@ -421,3 +421,25 @@ def test_compiled_scan_under_vmap_with_a_fresh_zero_carry(seed_dim):
     batched = torch.func.vmap(backward_sum, in_dims=(seed_dim, seed_dim))
     compiled = control.compile(batched, dynamic=False)
     torch.testing.assert_close(compiled(errors, decays), batched(errors, decays))
+
+
+@pytest.mark.slow
+def test_compiled_scan_under_vmap_with_size_one_carry_inputs():
+    """Carry leaves of one element per seed taken straight from the vmapped inputs (one env per
+    seed): the op moves the seed dim last, inductor strides the size-1 dim of the init otherwise
+    than the body's output, and the op refused the scan (compiled PPO with ``--num-envs 1``)."""
+
+    def run(xs, bias, count):
+        def step(carry, x):
+            later, b, c = carry
+            total = later * 0.9 + x + b
+            return (total, b * x.mean(), c + 1), total
+
+        return scan(step, (torch.zeros_like(xs[0]), bias, count), xs)
+
+    g = torch.Generator().manual_seed(0)
+    xs, bias = torch.randn(2, 6, 1, generator=g), torch.randn(2, 1, generator=g)
+    count = torch.zeros(2, 1)
+    batched = torch.func.vmap(run)
+    compiled = control.compile(batched, dynamic=False, fullgraph=True)
+    torch.testing.assert_close(compiled(xs, bias, count), batched(xs, bias, count))
