@@ -1,15 +1,12 @@
-"""MAPPO (or IPPO) on an MPE scenario: time to result, against TorchRL's MAPPO example on VMAS.
+"""MAPPO (or IPPO) on an MPE scenario: training time and the return it reaches.
 
-funrl's side trains ``--seeds`` seeds at once (vmapped) for ``--total-steps`` env steps per seed
-and reports the whole-process times (building the agent, the first update with its compile, the
+It trains ``--seeds`` seeds at once (vmapped) for ``--total-steps`` env steps per seed and
+reports the whole-process times (building the agent, the first update with its compile, the
 rest of training), env steps per second and the return (the sum over every agent) of the last
 updates and of a greedy evaluation, with each team's share, against a uniformly random policy's
 on the same evaluation keys. ``--env`` takes any multi-agent id (``mpe:simple_tag``,
-``mpe:simple_spread_continuous``, ...); the peer runs for simple_spread only.
-
-The peer is TorchRL's ``sota-implementations/multiagent/mappo_ippo.py`` on VMAS, run as shipped
-(a hydra script with its ``mappo_ippo.yaml``) with the same env-step budget. Where it cannot run
-(no ``hydra``, no config file beside the script, no ``vmas``), the table says why.
+``mpe:simple_spread_continuous``, ...). The comparison with TorchRL's MAPPO on VMAS at the same
+budget is ``benchmarks/marl_time_to_result.py``, which runs this script as funrl's side.
 
     python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--env mpe:simple_tag] [--no-compile]
 """
@@ -17,12 +14,8 @@ The peer is TorchRL's ``sota-implementations/multiagent/mappo_ippo.py`` on VMAS,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -73,44 +66,6 @@ def funrl_run(args: argparse.Namespace) -> dict:
     }
 
 
-def torchrl_run(args: argparse.Namespace) -> dict:
-    """TorchRL's example as shipped, if it can run here; otherwise why not."""
-    spec = importlib.util.find_spec("torchrl")
-    script = Path(spec.origin).parent.parent / "sota-implementations" / "multiagent" / "mappo_ippo.py"
-    missing = [
-        what
-        for what, ok in (
-            ("the example script", script.is_file()),
-            ("its mappo_ippo.yaml", (script.parent / "mappo_ippo.yaml").is_file()),
-            ("hydra", importlib.util.find_spec("hydra") is not None),
-            ("vmas", importlib.util.find_spec("vmas") is not None),
-        )
-        if not ok
-    ]
-    if missing:
-        return {"peer": "TorchRL mappo_ippo.py on VMAS", "not_run": f"missing here: {', '.join(missing)}"}
-    frames_per_batch = 6000  # the example's default batch
-    overrides = [
-        "env.scenario_name=simple_spread",
-        f"collector.frames_per_batch={frames_per_batch}",
-        f"collector.n_iters={max(1, args.total_steps // frames_per_batch)}",
-        "logger.backend=",
-        f"model.centralised_critic={args.algo == 'mappo'}",
-    ]
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(script), *overrides], cwd=script.parent, capture_output=True, text=True
-    )
-    elapsed = time.perf_counter() - t0
-    if done.returncode != 0:
-        return {"peer": "TorchRL mappo_ippo.py on VMAS", "not_run": done.stderr.strip().splitlines()[-1]}
-    return {
-        "peer": "TorchRL mappo_ippo.py on VMAS",
-        "total_s": elapsed,
-        "env_steps_per_s": args.total_steps / elapsed,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -122,13 +77,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=mappo.MAPPOConfig.learning_rate)
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
-    results = [funrl_run(args)]
-    if not args.skip_peer and args.env.removeprefix("mpe:") == "simple_spread":
-        results.append(torchrl_run(args))
-    for result in results:
-        print(json.dumps(result))
+    print(json.dumps(funrl_run(args)))
 
 
 if __name__ == "__main__":

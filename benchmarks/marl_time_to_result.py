@@ -1,0 +1,114 @@
+"""MAPPO on simple_spread, time to result: funrl against TorchRL's MAPPO on VMAS, same budget.
+
+Each side runs in its own process, one after another, with the same env-step budget and the same
+hyper-parameters (funrl's ``MAPPOConfig`` defaults, handed to the peer script's options): funrl
+through ``benchmarks/marl_agents.py`` (one seed, compiled and, with ``--eager``, eager too), and
+TorchRL through ``benchmarks/torchrl_mappo.py`` under ``--peer-python``, an interpreter with
+torchrl and vmas installed (keep them out of funrl's environment). For each side: wall-clock
+seconds of the whole process (imports, building, compiling, training, evaluation), CPU seconds
+(the process and the children it waited for, e.g. compile workers), and the team return (the sum
+over agents of an episode's rewards) of the last 10 updates and of a greedy evaluation against a
+uniformly random policy on the same env. The two simple_spread versions score on different
+scales (VMAS hands every agent the whole team's reward), so compare each to its own random policy.
+
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/marl_time_to_result.py --total-steps 100000 \\
+        --peer-python /tmp/trl/bin/python [--eager]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from funrl.agents import mappo
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(command: list[str]) -> dict:
+    """Run ``command``; its last stdout line (JSON) with the wall and CPU seconds it took."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        return {"not_run": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {**result, "wall_s": wall, "cpu_s": cpu}
+
+
+def peer_options(config: mappo.MAPPOConfig) -> list[str]:
+    """funrl's hyper-parameters as the peer script's options."""
+    (hidden, *rest) = config.hidden_sizes
+    if (
+        rest != [hidden]
+        or config.activation != "tanh"
+        or not (config.share_params and config.centralised_critic)
+    ):
+        raise ValueError(f"config: the peer mirrors two equal tanh layers and shared MAPPO, got {config}")
+    values = {
+        "num-envs": config.num_envs,
+        "update-epochs": config.update_epochs,
+        "num-minibatches": config.num_minibatches,
+        "gamma": config.gamma,
+        "gae-lambda": config.gae_lambda,
+        "lr": config.learning_rate,
+        "clip-eps": config.clip_eps,
+        "ent-coef": config.ent_coef,
+        "vf-coef": config.vf_coef,
+        "max-grad-norm": config.max_grad_norm,
+        "hidden": hidden,
+    }
+    return [part for name, value in values.items() for part in (f"--{name}", str(value))]
+
+
+def row(name: str, result: dict) -> str:
+    if "not_run" in result:
+        return f"| {name} | not run: {result['not_run']} |||||"
+    last = result.get("last_10_updates_return", result.get("last_10_updates_return_per_seed"))
+    if isinstance(last, dict):  # funrl's: per metric, per seed
+        last = last["episode_return"][0]
+    greedy = result.get("greedy_return", (result.get("greedy_return_per_seed") or [None])[0])
+    uniform = result.get("random_policy_return")
+    if uniform is None:
+        uniform = sum(result["random_policy_team_returns"].values())
+    return f"| {name} | {result['wall_s']:.0f} | {result['cpu_s']:.0f} | {last:.1f} | {greedy:.1f} | {uniform:.1f} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--total-steps", type=int, default=100_000, help="env steps, each side")
+    parser.add_argument("--peer-python", help="an interpreter with torchrl and vmas; no peer row without it")
+    parser.add_argument("--eager", action="store_true", help="also time funrl eager")
+    args = parser.parse_args()
+    config = mappo.MAPPOConfig(total_steps=args.total_steps)
+    funrl_side = [sys.executable, str(HERE / "marl_agents.py"), "--seeds", "1"]
+    funrl_side += ["--total-steps", str(args.total_steps), "--lr", str(config.learning_rate)]
+    results = {"funrl MAPPO, compiled (mpe2 simple_spread)": timed(funrl_side)}
+    if args.eager:
+        results["funrl MAPPO, eager (mpe2 simple_spread)"] = timed([*funrl_side, "--no-compile"])
+    if args.peer_python:
+        peer = [args.peer_python, str(HERE / "torchrl_mappo.py"), "--total-steps", str(args.total_steps)]
+        results["TorchRL MAPPO (VMAS simple_spread)"] = timed([*peer, *peer_options(config)])
+    else:
+        results["TorchRL MAPPO (VMAS simple_spread)"] = {"not_run": "no --peer-python given"}
+    for name, result in results.items():
+        print(json.dumps({"side": name, **result}))
+    print(f"\n{args.total_steps} env steps each; team return = sum over agents of an episode's rewards")
+    print("| run | wall s | CPU s | return, last 10 updates | greedy return | random policy |")
+    print("|---|---|---|---|---|---|")
+    for name, result in results.items():
+        print(row(name, result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""The peer of ``benchmarks/marl_time_to_result.py``: TorchRL's MAPPO on VMAS ``simple_spread``.
+
+It is TorchRL's multi-agent example (``sota-implementations/multiagent/mappo_ippo.py``, a hydra
+script whose config file the torchrl wheel does not ship) rebuilt from torchrl's public modules
+with funrl's MAPPO hyper-parameters instead of the example's: a ``Collector`` over a batched
+``VmasEnv``, ``MultiAgentMLP`` actor and centralised critic with shared parameters, a categorical
+actor over VMAS's five discrete actions (funrl's simple_spread default), ``ClipPPOLoss`` with
+GAE, minibatches drawn without replacement, Adam with a linear learning-rate decay and a gradient
+norm clip on the actor and on the critic, as funrl's per-network optimisers clip.
+
+Run it with an interpreter that has torchrl and vmas (kept out of funrl's environment):
+
+    python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch torchrl vmas
+    OMP_NUM_THREADS=1 /tmp/trl/bin/python benchmarks/torchrl_mappo.py --total-steps 200000
+
+It prints one JSON line: the times, env steps per second, the team return (the sum over every
+agent of an episode's rewards) of the last updates' episodes and of a greedy evaluation, and a
+uniformly random policy's on the same kind of evaluation episodes. VMAS's simple_spread gives
+every agent the whole team's reward (landmark coverage counted once per agent), so its returns
+are on another scale than mpe2's: compare each to its own random policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.data import TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
+from torchrl.data.replay_buffers.storages import LazyTensorStorage
+from torchrl.envs import RewardSum, TransformedEnv
+from torchrl.envs.libs.vmas import VmasEnv
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import ProbabilisticActor, ValueOperator
+from torchrl.modules.models.multiagent import MultiAgentMLP
+from torchrl.objectives import ClipPPOLoss, ValueEstimators
+
+EPISODE_STEPS = 25  # one MPE episode; VMAS's max_steps truncates there
+
+
+def make_env(num_envs: int, seed: int, n_agents: int) -> VmasEnv:
+    return VmasEnv(
+        scenario="simple_spread",
+        num_envs=num_envs,
+        continuous_actions=False,
+        max_steps=EPISODE_STEPS,
+        device="cpu",
+        seed=seed,
+        n_agents=n_agents,
+    )
+
+
+def agents_done(reward_key: tuple[str, str], done_keys: list) -> callable:  # noqa: ANN001
+    """Copy the env-level done flags under the agents' group, shaped like their reward, where GAE
+    and the loss read them (what the example's ``DoneTransform`` does)."""
+
+    def postproc(batch: TensorDictBase) -> TensorDictBase:
+        reward_shape = batch.get(("next", *reward_key)).shape
+        for key in done_keys:
+            name = key if isinstance(key, str) else key[-1]
+            batch.set(
+                ("next", reward_key[0], name), batch.get(("next", key)).unsqueeze(-1).expand(reward_shape)
+            )
+        return batch
+
+    return postproc
+
+
+def team_returns(env: VmasEnv, policy: ProbabilisticActor | None) -> torch.Tensor:
+    """One episode in each of ``env``'s parallel envs; each env's sum over agents and steps."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        rollout = env.rollout(max_steps=EPISODE_STEPS, policy=policy, break_when_any_done=False)
+    return rollout.get(("next", *env.reward_key)).sum(dim=(1, 2, 3))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--total-steps", type=int, default=200_000, help="env steps (each moves every agent)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--agents", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--update-epochs", type=int, default=5)
+    parser.add_argument("--num-minibatches", type=int, default=2)
+    parser.add_argument("--gamma", type=float, default=0.99)
+    parser.add_argument("--gae-lambda", type=float, default=0.95)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--clip-eps", type=float, default=0.2)
+    parser.add_argument("--ent-coef", type=float, default=0.01)
+    parser.add_argument("--vf-coef", type=float, default=0.5)
+    parser.add_argument("--max-grad-norm", type=float, default=0.5)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--eval-episodes", type=int, default=32)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    torch.manual_seed(args.seed)
+    frames_per_batch = args.num_envs * EPISODE_STEPS
+    num_updates = args.total_steps // frames_per_batch
+    env = make_env(args.num_envs, args.seed, args.agents)
+    env = TransformedEnv(env, RewardSum(in_keys=[env.reward_key], out_keys=[("agents", "episode_reward")]))
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    num_actions = env.full_action_spec_unbatched[env.action_key].space.n
+
+    def mlp(outputs: int, centralised: bool) -> MultiAgentMLP:
+        return MultiAgentMLP(
+            n_agent_inputs=obs_dim,
+            n_agent_outputs=outputs,
+            n_agents=args.agents,
+            centralised=centralised,
+            share_params=True,
+            depth=2,
+            num_cells=args.hidden,
+            activation_class=nn.Tanh,
+        )
+
+    policy = ProbabilisticActor(
+        TensorDictModule(
+            mlp(num_actions, False), in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]
+        ),
+        spec=env.full_action_spec_unbatched,
+        in_keys={"logits": ("agents", "logits")},
+        out_keys=[env.action_key],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+    critic = ValueOperator(mlp(1, True), in_keys=[("agents", "observation")])
+
+    collector = Collector(
+        env,
+        policy,
+        frames_per_batch=frames_per_batch,
+        total_frames=frames_per_batch * num_updates,
+        postproc=agents_done(env.reward_key, env.done_keys),
+        auto_register_policy_transforms=False,  # a feed-forward policy needs no InitTracker
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(frames_per_batch),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=frames_per_batch // args.num_minibatches,
+    )
+    # funrl's critic loss is 0.5 * squared error (clipped), torchrl's "l2" the squared error.
+    loss_module = ClipPPOLoss(
+        actor_network=policy,
+        critic_network=critic,
+        clip_epsilon=args.clip_eps,
+        entropy_coeff=args.ent_coef,
+        critic_coeff=args.vf_coef / 2,
+        loss_critic_type="l2",
+        clip_value=args.clip_eps,
+        normalize_advantage=True,
+    )
+    loss_module.set_keys(
+        reward=env.reward_key,
+        action=env.action_key,
+        done=("agents", "done"),
+        terminated=("agents", "terminated"),
+    )
+    loss_module.make_value_estimator(ValueEstimators.GAE, gamma=args.gamma, lmbda=args.gae_lambda)
+    optimizer = torch.optim.Adam(loss_module.parameters(), args.lr, eps=1e-5)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0 - i / num_updates)
+    t1 = time.perf_counter()
+
+    episode_returns = []  # per update: the mean team return of the episodes that ended
+    for batch in collector:
+        with torch.no_grad():
+            loss_module.value_estimator(
+                batch,
+                params=loss_module.critic_network_params,
+                target_params=loss_module.target_critic_network_params,
+            )
+        buffer.extend(batch.reshape(-1))
+        for _ in range(args.update_epochs * args.num_minibatches):
+            losses = loss_module(buffer.sample())
+            (losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]).backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+        schedule.step()
+        collector.update_policy_weights_()
+        done = batch.get(("next", "done")).squeeze(-1)
+        ended = batch.get(("next", "agents", "episode_reward"))[done]  # [episodes, agents, 1]
+        episode_returns.append(float(ended.sum(dim=(1, 2)).mean()))
+    collector.shutdown()
+    t2 = time.perf_counter()
+    cpu2 = time.process_time()
+
+    eval_env = make_env(args.eval_episodes, args.seed + 1, args.agents)
+    greedy = team_returns(eval_env, policy)
+    uniform = team_returns(make_env(args.eval_episodes, args.seed + 1, args.agents), None)
+    print(
+        json.dumps(
+            {
+                "peer": "torchrl MAPPO on VMAS simple_spread",
+                "torch": torch.__version__,
+                "setup_s": t1 - t0,
+                "train_s": t2 - t1,
+                "total_s": t2 - t0,
+                "process_cpu_s": cpu2 - cpu0,
+                "env_steps_per_s": frames_per_batch * num_updates / (t2 - t1),
+                "updates": num_updates,
+                "last_10_updates_return": sum(episode_returns[-10:]) / len(episode_returns[-10:]),
+                "first_10_updates_return": sum(episode_returns[:10]) / len(episode_returns[:10]),
+                "greedy_return": float(greedy.mean()),
+                "random_policy_return": float(uniform.mean()),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
