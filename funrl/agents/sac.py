@@ -284,6 +284,7 @@ def make_train(
         return env * rows_each + min(env, rows_extra)
 
     my_rows = range(first_row(my_envs.start), first_row(my_envs.stop))  # this rank's batch rows
+    share = len(my_rows) / batch_size  # of the batch's mean: the ranks' shares sum to it
     target_entropy = L.sac_target_entropy(setup.action_dim)
     n = config.steps_per_update
 
@@ -335,31 +336,69 @@ def make_train(
         )
         return gather(buffer_state.experience, slot * local_envs + (env - my_envs.start))
 
-    def over_my_rows(objective: Callable[..., Any]) -> Callable[..., Any]:
-        """``objective(params, *args, batch, key)`` of each of this rank's rows alone (``batch``
-        leaves ``[rows, ...]``, ``keys`` ``[rows, 2]``), summed and divided by ``batch_size``: its
-        share of the batch's mean loss. Its metrics are per row."""
+    def detached(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return ftree.map(torch.Tensor.detach, params)
 
-        def share(params: Any, *args: Any, batch: Any, keys: torch.Tensor, **kwargs: Any) -> Any:
-            def one(row: Any, key: torch.Tensor) -> Any:
-                return objective(params, *args, ftree.map(lambda x: x.unsqueeze(0), row), key, **kwargs)
+    tanh_normal = nets.distributions.tanh_normal
 
-            losses, metrics = torch.func.vmap(one)(batch, keys)
-            return losses.sum() / batch_size, metrics
+    def sample_rows(
+        actor_params: dict[str, torch.Tensor], obs: torch.Tensor, keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, log π(a|s))`` of each row of ``obs`` (``[rows, A]``, ``[rows]``), row ``i`` drawn
+        with ``keys[i]`` as a batch of one would draw it, so a rank draws its rows of one
+        process's batch. Only the draw is vmapped over rows: the actor sees the whole batch."""
+        loc, scale = nets.apply(actor, actor_params, obs)
 
-        return share
+        def one(key: torch.Tensor, row_loc: torch.Tensor, row_scale: torch.Tensor) -> Any:
+            return tanh_normal.sample_and_log_prob(key, row_loc.unsqueeze(0), row_scale.unsqueeze(0))
+
+        action, log_prob = torch.func.vmap(one)(keys, loc, scale)
+        return action.squeeze(1), log_prob.squeeze(1)
+
+    def critic_share(
+        critic_params: dict[str, torch.Tensor],
+        actor_params: dict[str, torch.Tensor],
+        target_critic: dict[str, torch.Tensor],
+        alpha: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+        keys: torch.Tensor,
+        gamma: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:func:`funrl.losses.sac_critic_objective` of this rank's rows with per-row keys
+        (:func:`sample_rows`), scaled to its share of the batch's mean loss."""
+        next_action, next_log_prob = sample_rows(detached(actor_params), batch["next_obs"], keys)
+        next_q = L.ensemble_q(critic, detached(target_critic), batch["next_obs"], next_action)
+        next_value = L.soft_state_value(next_q, next_log_prob, alpha)
+        target = L.bellman_target(batch["reward"], batch["terminated"], next_value, gamma)
+        q = L.ensemble_q(critic, critic_params, batch["obs"], batch["action"])
+        loss, metrics = L.sac_critic_loss(q, target)
+        return loss * share, metrics
+
+    def actor_share(
+        actor_params: dict[str, torch.Tensor],
+        critic_params: dict[str, torch.Tensor],
+        alpha: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+        keys: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:func:`funrl.losses.sac_actor_objective` of this rank's rows with per-row keys, as its
+        share of the batch's mean loss; ``metrics["log_prob"]`` feeds the temperature."""
+        action, log_prob = sample_rows(actor_params, batch["obs"], keys)
+        q = L.ensemble_q(critic, detached(critic_params), batch["obs"], action)
+        loss, metrics = L.sac_actor_loss(q, log_prob, alpha)
+        return loss * share, {**metrics, "log_prob": log_prob.detach()}
 
     def temperature_share(log_alpha: torch.Tensor, log_prob: torch.Tensor) -> Any:
         """The temperature loss of this rank's rows, as its share of the batch's mean."""
         loss, metrics = L.sac_temperature_loss(log_alpha, log_prob, target_entropy)
-        return loss * (log_prob.numel() / batch_size), metrics
+        return loss * share, metrics
 
     def row_keys(key: torch.Tensor) -> torch.Tensor:
         """This rank's rows of ``split(key, batch_size)``: a key for each batch row."""
         return random.split(key, batch_size)[my_rows.start : my_rows.stop]
 
-    critic_grad = torch.func.grad_and_value(over_my_rows(L.sac_critic_objective), has_aux=True)
-    actor_grad = torch.func.grad_and_value(over_my_rows(L.sac_actor_objective), has_aux=True)
+    critic_grad = torch.func.grad_and_value(critic_share, has_aux=True)
+    actor_grad = torch.func.grad_and_value(actor_share, has_aux=True)
     alpha_grad = torch.func.grad_and_value(temperature_share, has_aux=True)
 
     def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
@@ -389,21 +428,19 @@ def make_train(
             batch = sample_my_rows(buffer_state, row_keys(key_sample))
             alpha = log_alpha.exp().detach()
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
-                params["critic"], params["actor"], target_critic, alpha,
-                batch=batch, keys=row_keys(key_critic), actor=actor, critic=critic, gamma=hp.gamma,
-            )  # fmt: skip
+                params["critic"], params["actor"], target_critic, alpha, batch, row_keys(key_critic), hp.gamma
+            )
             # Each rank's shares of the batch means; their sum is the mean over the whole batch.
             critic_grads, critic_loss, q_mean = dp.sum_tree(
-                (critic_grads, critic_loss, critic_metrics["q_mean"].sum() / batch_size)
+                (critic_grads, critic_loss, critic_metrics["q_mean"] * share)
             )
             updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
             new_critic = optim.apply_updates(params["critic"], updates)
             actor_grads, (actor_loss, actor_metrics) = actor_grad(
-                params["actor"], new_critic, alpha,
-                batch=batch, keys=row_keys(key_actor), actor=actor, critic=critic,
-            )  # fmt: skip
+                params["actor"], new_critic, alpha, batch, row_keys(key_actor)
+            )
             actor_grads, actor_loss, entropy = dp.sum_tree(
-                (actor_grads, actor_loss, actor_metrics["entropy"].sum() / batch_size)
+                (actor_grads, actor_loss, actor_metrics["entropy"] * share)
             )
             updates, new_actor_opt = actor_tx.update(actor_grads, actor_opt, params["actor"])
             new_actor = optim.apply_updates(params["actor"], updates)
