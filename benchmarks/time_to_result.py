@@ -15,9 +15,10 @@ Each round runs, one after another, every contestant of an algorithm as its own 
 - ``eager``: ``--no-compile`` on ``--eager-steps`` (a tenth of the budget by default), against SB3
   on the same budget (``sb3, eager budget``).
 
-Prints one markdown table per algorithm: the median wall-clock of each contestant and its ratio
-to SB3's on the same budget, pair by pair within a round (the machine's speed drifts; ratios in
-one round do not).
+Prints one markdown table per algorithm: the median wall-clock and CPU time (user + system) of
+each contestant and their ratios to SB3's on the same budget, pair by pair within a round (the
+machine's speed drifts; ratios in one round do not). Each contestant's figures of each round go
+to stderr as it finishes.
 
 SB3 runs each algorithm with funrl's default hyper-parameters and as many environments; what SB3
 cannot express stays SB3's: DQN's Huber loss without double Q-learning (funrl: squared error,
@@ -30,6 +31,7 @@ import argparse
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -113,13 +115,18 @@ def train_sb3(algo: str, total_steps: int) -> None:
     model.learn(total_timesteps=total_steps)
 
 
-def timed(command: list[str], env: dict[str, str]) -> float:
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """``(wall-clock s, CPU s)`` of ``command`` as a child process; CPU is user + system time,
+    which other jobs on a shared machine change less than they change the wall-clock."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def contestants(
@@ -180,26 +187,34 @@ def main() -> None:
         eager_steps = int(steps[algo] * args.eager_fraction)
         rows = contestants(algo, steps[algo], eager_steps, args.seeds, args.device)
         times: dict[str, list[float]] = {row[0]: [] for row in rows}
+        cpu_times: dict[str, list[float]] = {row[0]: [] for row in rows}
         ratios: dict[str, list[float]] = {row[0]: [] for row in rows}
+        cpu_ratios: dict[str, list[float]] = {row[0]: [] for row in rows}
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as outs:
-                round_times = {}
+                round_times, round_cpu = {}, {}
                 for i, (name, command, fresh, _) in enumerate(rows):
                     env = dict(os.environ)
                     cache_dir = Path(cache) / (f"fresh-{i}" if fresh else "shared")
                     env["FUNRL_CACHE_DIR"] = str(cache_dir)
                     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
                     out = ["--out", str(Path(outs) / f"run-{i}")] if command[1] == "-m" else []
-                    round_times[name] = timed(command + out, env)
+                    round_times[name], round_cpu[name] = timed(command + out, env)
+                    print(
+                        f"  {name}: {round_times[name]:.1f} s, CPU {round_cpu[name]:.1f} s", file=sys.stderr
+                    )
                 for name, _command, _fresh, peer in rows:
                     times[name].append(round_times[name])
+                    cpu_times[name].append(round_cpu[name])
                     ratios[name].append(round_times[name] / round_times[peer])
+                    cpu_ratios[name].append(round_cpu[name] / round_cpu[peer])
         print(f"\n{algo.upper()} on {ENVS[algo]}, {steps[algo]} steps, {args.repeats} rounds")
-        print("| contestant | wall-clock s (median) | / SB3 on its budget (median of pairs) |")
-        print("|---|---|---|")
+        print("| contestant | wall-clock s | / SB3 on its budget | CPU s | CPU / SB3's |")
+        print("|---|---|---|---|---|")
         for name in times:
             print(
-                f"| {name} | {statistics.median(times[name]):.1f} | {statistics.median(ratios[name]):.2f} |"
+                f"| {name} | {statistics.median(times[name]):.1f} | {statistics.median(ratios[name]):.2f} "
+                f"| {statistics.median(cpu_times[name]):.1f} | {statistics.median(cpu_ratios[name]):.2f} |"
             )
 
 
