@@ -1,6 +1,7 @@
 """IPPO and MAPPO: every team's own networks over packed tensors, agents as a vmap axis, seeds
 under vmap equal single runs, compiled equals eager, every scenario and action variant through
-the CLI from a fresh process, clear errors, and learning on simple_spread and simple_adversary."""
+the CLI (one fresh process per scenario), clear errors, and learning on simple_spread and
+simple_adversary."""
 
 from __future__ import annotations
 
@@ -404,36 +405,64 @@ def test_train_run_resumes_exactly(tmp_path: Path) -> None:
     assert _rows(cut) == _rows(whole) and len(_rows(whole)) == 2 * TINY.num_updates
 
 
-# Every scenario in both action variants; the CLI names a variant by its id alone. Discrete ones
-# train MAPPO, continuous ones IPPO, so both registrations are run from the command line.
-CLI_VARIANTS = [
-    (algo, f"mpe:{scenario}{suffix}")
-    for scenario in marl.SCENARIOS
-    for algo, suffix in (("mappo", ""), ("ippo", "_continuous"))
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("algo, env_id", CLI_VARIANTS)
-def test_cli_trains_every_scenario_and_action_variant_from_a_fresh_process(
-    algo: str, env_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """One eager update of the smallest CLI budget (2 envs x one 25-step episode), then
-    ``funrl eval`` of its checkpoint (in this process: the fresh process is the training's)."""
-    out = tmp_path / "run"
-    train = [sys.executable, "-m", "funrl", "train", algo, "--env", env_id, "--out", str(out)]
-    options = ["--total-steps", "50", "--num-envs", "2", "--no-compile", "--no-progress"]
-    done = subprocess.run([*train, *options], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+def _check_cli_run(out: Path, algo: str, env_id: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """One update's row: every team's return finite and summing to the episode return; the run
+    folder names ``algo`` and ``env_id``; ``funrl eval`` of its checkpoint gives one finite return."""
     (row,) = _rows(out)
     teams = marl.make(env_id)[0].teams
     team_returns = [float(row[f"episode_return/{team}"]) for team in teams]
     assert all(math.isfinite(r) for r in team_returns)  # every env ended its one episode
     assert float(row["episode_return"]) == pytest.approx(sum(team_returns), rel=1e-5, abs=1e-4), row
-    assert json.loads((out / run.CONFIG).read_text())["config"]["env_id"] == env_id
+    meta = json.loads((out / run.CONFIG).read_text())
+    assert (meta["algo"], meta["config"]["env_id"]) == (algo, env_id)
+    capsys.readouterr()
     assert cli_main(["eval", str(out), "--episodes", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert len(result["per_seed"]) == 1 and math.isfinite(result["mean_return"])
+
+
+# Every scenario in both action variants (the CLI names a variant by its id alone), one fresh
+# process per scenario: MAPPO trains one variant from `python -m funrl`, the action kind
+# alternating between scenarios, and IPPO trains the other through the same CLI inside the test's
+# process. So both algorithms and both action kinds run through the CLI, both kinds also from a
+# fresh process, and each scenario pays for one torch import instead of two.
+ACTION_VARIANTS = ("", "_continuous")
+CLI_RUNS = [
+    (scenario, ACTION_VARIANTS[i % 2], ACTION_VARIANTS[1 - i % 2])
+    for i, scenario in enumerate(marl.SCENARIOS)
+]
+
+
+def test_cli_runs_cover_every_scenario_and_both_kinds_from_a_fresh_process() -> None:
+    assert [scenario for scenario, *_ in CLI_RUNS] == list(marl.SCENARIOS)
+    assert {fresh for _, fresh, _ in CLI_RUNS} == set(ACTION_VARIANTS)
+    assert all({fresh, in_process} == set(ACTION_VARIANTS) for _, fresh, in_process in CLI_RUNS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "scenario, fresh_variant, in_process_variant",
+    CLI_RUNS,
+    ids=[f"{scenario}-fresh{fresh or '_discrete'}" for scenario, fresh, _ in CLI_RUNS],
+)
+def test_cli_trains_every_scenario_and_action_variant(
+    scenario: str,
+    fresh_variant: str,
+    in_process_variant: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One eager update of the smallest CLI budget (2 envs x one 25-step episode) for each action
+    variant, MAPPO in a fresh process and IPPO in this one, then ``funrl eval`` of each checkpoint."""
+    options = ["--total-steps", "50", "--num-envs", "2", "--no-compile", "--no-progress"]
+    fresh_id, in_process_id = f"mpe:{scenario}{fresh_variant}", f"mpe:{scenario}{in_process_variant}"
+    fresh_out, in_process_out = tmp_path / "fresh", tmp_path / "in_process"
+    train = [sys.executable, "-m", "funrl", "train", "mappo", "--env", fresh_id, "--out", str(fresh_out)]
+    done = subprocess.run([*train, *options], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _check_cli_run(fresh_out, "mappo", fresh_id, capsys)
+    assert cli_main(["train", "ippo", "--env", in_process_id, "--out", str(in_process_out), *options]) == 0
+    _check_cli_run(in_process_out, "ippo", in_process_id, capsys)
 
 
 @pytest.mark.slow
