@@ -18,7 +18,8 @@ Each round runs, one after another, every contestant of an algorithm as its own 
 Prints one markdown table per algorithm: the median wall-clock and CPU time (user + system) of
 each contestant and their ratios to SB3's on the same budget, pair by pair within a round (the
 machine's speed drifts; ratios in one round do not). Each contestant's figures of each round go
-to stderr as it finishes.
+to stderr as it finishes, a funrl run's with the split of its ``timing.json``: the first update's
+call (which holds the compile, or the load from the caches) and the rest of training.
 
 SB3 runs each algorithm with funrl's default hyper-parameters and as many environments; what SB3
 cannot express stays SB3's: DQN's Huber loss without double Q-learning (funrl: squared error,
@@ -28,6 +29,7 @@ double Q), and one learning rate for SAC's actor, critics and temperature (funrl
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -200,8 +202,14 @@ def main() -> None:
                     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
                     out = ["--out", str(Path(outs) / f"run-{i}")] if command[1] == "-m" else []
                     round_times[name], round_cpu[name] = timed(command + out, env)
+                    timing = Path(out[1]) / "timing.json" if out else None
+                    split = ""
+                    if timing is not None and timing.is_file():
+                        t = json.loads(timing.read_text())
+                        split = f" (first update, compile included: {t['first_update_s']:.1f} s; rest {t['train_s']:.1f} s)"
                     print(
-                        f"  {name}: {round_times[name]:.1f} s, CPU {round_cpu[name]:.1f} s", file=sys.stderr
+                        f"  {name}: {round_times[name]:.1f} s, CPU {round_cpu[name]:.1f} s{split}",
+                        file=sys.stderr,
                     )
                 for name, _command, _fresh, peer in rows:
                     times[name].append(round_times[name])
