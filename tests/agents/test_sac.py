@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import offpolicy_checks as checks
@@ -120,3 +121,24 @@ def test_non_finite_loss_names_update_seed_and_term(tmp_path: Path) -> None:
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
     checks.check_resume_is_bitwise_exact("sac", TINY, tmp_path, checkpoint_every=3, stop_after=4)
 
+
+def test_losses_never_copy_the_critic_weights_per_batch_row(agent: common.Agent) -> None:
+    # Each row's policy noise has its own key, but only that draw is vmapped over rows: the
+    # networks see the whole batch. Vmapping the losses over rows turns every critic layer into a
+    # batched matmul of the weights copied per row (batch x hidden x hidden), slow eager and
+    # compiled. No op of a training update may see a tensor that large.
+    state, run_key = common.init_state(agent, random.key(3))
+    state, _ = agent.update(state, random.fold_in(run_key, 0))  # warm-up: fills learning_starts
+    assert int(state.update_count) * TINY.steps_per_update >= TINY.learning_starts
+    hidden = max(TINY.hidden_sizes)
+    limit = TINY.batch_size * hidden * hidden
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        after, _ = agent.update(state, random.fold_in(run_key, 1))
+    assert not tree.tree_allclose(after.params["critic"], state.params["critic"])  # it trained
+    sizes = {
+        (event.name, tuple(shape))
+        for event in prof.events()
+        for shape in event.input_shapes
+        if shape and math.prod(shape) >= limit
+    }
+    assert not sizes, f"ops on tensors of batch x hidden x hidden elements or more: {sorted(sizes)[:5]}"
