@@ -29,11 +29,14 @@ does); SB3 trains its ``--sb3-seeds`` seeds one after the other. Per seed the ta
   normalised with the statistics training ended with, frozen (SB3's ``VecNormalize`` with
   ``training=False``);
 
-as mean [min, max] over seeds, and the wall-clock of training: funrl's for all its seeds at once
-(compile included, and given apart as its first update), SB3's summed over its seeds. "per seed"
-divides each by its number of seeds; "vs SB3" is the ratio of those. ``--contestants`` runs one
-side only (two processes can then share a machine's cores); ``--out`` writes every number and
-the return curves as JSON, and a PNG next to it when matplotlib is installed.
+as mean [min, max] over seeds, and the wall-clock and CPU seconds of training (this process's
+CPU time; compile workers in other processes are not counted): funrl's for all its seeds at once
+(compile included, and given apart as its first update), SB3's summed over its seeds. A side
+stopped by ``--max-minutes`` reaches fewer steps, so "vs SB3" is the ratio of CPU seconds per
+environment step (on a shared machine CPU seconds are the fairer figure). ``--contestants`` runs
+one side only (two processes can then share a machine's cores, or run one after the other);
+``--out`` writes every number and the return curves as JSON, and a PNG next to it when
+matplotlib is installed; ``--merge a.json b.json`` prints the table of such files together.
 
 ``--quick`` runs a few thousand steps, eagerly: it proves the script works; the returns mean
 nothing and the wall-clock ratio is eager funrl's against SB3 on a tiny budget.
@@ -161,7 +164,7 @@ def train_seeds(agent: common.Agent, keys: torch.Tensor, deadline: float, args: 
     """Train the seeds of ``keys`` (``[S, 2]``, vmapped) with ``funrl.agents.common.train`` in
     stretches of updates until done or ``deadline`` (``time.perf_counter()``; the first update
     always runs); per seed its results."""
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     state, run_key = common.init_state(agent, keys)
     stretch = max(1, agent.num_updates // 20)
     history: list[dict[str, torch.Tensor]] = []
@@ -176,7 +179,7 @@ def train_seeds(agent: common.Agent, keys: torch.Tensor, deadline: float, args: 
         if done == 1:
             first_update_s = time.perf_counter() - start  # the compile included
         progress(f"funrl {agent.name} seeds {keys.shape[0]}", done / agent.num_updates, start)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     returns = torch.cat([h["episode_return"] for h in history])  # [U, S]
     counts = torch.cat([h["episodes"] for h in history])
     per_seed = []
@@ -191,7 +194,7 @@ def train_seeds(agent: common.Agent, keys: torch.Tensor, deadline: float, args: 
             ),
             "steps_done": done * agent.steps_per_update, "steps": steps, "returns": curve,
         })  # fmt: skip
-    return {"wall_s": wall, "first_update_s": first_update_s, "seeds": per_seed}
+    return {"wall_s": wall, "cpu_s": cpu, "first_update_s": first_update_s, "seeds": per_seed}
 
 
 def run_funrl(algo: str, config: Any, args: argparse.Namespace) -> dict:
@@ -211,6 +214,7 @@ def run_funrl(algo: str, config: Any, args: argparse.Namespace) -> dict:
         runs.append(train_seeds(agent, keys[i : i + 1], deadline, args))
     return {
         "wall_s": sum(r["wall_s"] for r in runs),
+        "cpu_s": sum(r["cpu_s"] for r in runs),
         "first_update_s": runs[0]["first_update_s"],
         "seeds": [r["seeds"][0] for r in runs],
     }
@@ -281,16 +285,17 @@ def sb3_progress(what: str, start: float, deadline: float) -> Any:
 
 def run_sb3(algo: str, config: Any, seeds: int, args: argparse.Namespace) -> dict:
     """``seeds`` SB3 runs one after the other; the wall-clock is their sum."""
-    wall, per_seed = 0.0, []
+    wall, cpu, per_seed = 0.0, 0.0, []
     deadline = time.perf_counter() + args.max_minutes * 60
     for seed in range(seeds):
         model = make_sb3(algo, config, seed)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if start >= deadline:
             break
         callback = sb3_progress(f"SB3 {algo} seed {seed}", start, deadline)
         model.learn(total_timesteps=config.total_steps, callback=callback)
         wall += time.perf_counter() - start
+        cpu += time.process_time() - cpu_start
         rewards = model.get_env().env_method("get_episode_rewards")[0]
         lengths = model.get_env().env_method("get_episode_lengths")[0]
         per_seed.append({
@@ -299,7 +304,7 @@ def run_sb3(algo: str, config: Any, seeds: int, args: argparse.Namespace) -> dic
             "steps_done": model.num_timesteps,
             "steps": np.cumsum(lengths).tolist(), "returns": [float(r) for r in rewards],
         })  # fmt: skip
-    return {"wall_s": wall, "seeds": per_seed}
+    return {"wall_s": wall, "cpu_s": cpu, "seeds": per_seed}
 
 
 def spread(values: list[float]) -> str:
@@ -309,23 +314,38 @@ def spread(values: list[float]) -> str:
 def table(results: dict, steps: dict[str, int]) -> list[str]:
     rows = [
         "| agent | env | steps (reached) | contestant | seeds | final training return | greedy return "
-        "| wall-clock s | per seed s | vs SB3 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| wall-clock s | CPU s | CPU s per 1k steps | vs SB3 (CPU per step) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algo, contestants in results.items():
-        per_seed = {name: r["wall_s"] / len(r["seeds"]) for name, r in contestants.items()}
-        sb3 = per_seed.get("SB3")
+        # Sides may stop at different steps (--max-minutes): compare CPU seconds per step.
+        per_step = {
+            name: r["cpu_s"] / sum(s["steps_done"] for s in r["seeds"]) for name, r in contestants.items()
+        }
+        sb3 = per_step.get("SB3")
         for name, r in contestants.items():
             seeds = r["seeds"]
-            versus = f"{per_seed[name] / sb3:.2f}x" if sb3 else "-"
+            versus = f"{per_step[name] / sb3:.2f}x" if sb3 else "-"
             reached = ", ".join(str(s["steps_done"]) for s in seeds)
             compile_s = f" (first update {r['first_update_s']:.0f})" if "first_update_s" in r else ""
             rows.append(
                 f"| {algo} | {FULL[algo].env_id} | {steps[algo]} ({reached}) | {name} | {len(seeds)} "
                 f"| {spread([s['final'] for s in seeds])} | {spread([s['greedy'] for s in seeds])} "
-                f"| {r['wall_s']:.0f}{compile_s} | {per_seed[name]:.0f} | {versus} |"
+                f"| {r['wall_s']:.0f}{compile_s} | {r['cpu_s']:.0f} | {per_step[name] * 1000:.2f} | {versus} |"
             )
     return rows
+
+
+def merged(paths: list[Path]) -> tuple[dict, dict[str, int]]:
+    """The results and budgets of several ``--out`` files (one side or agent each) as one run's."""
+    results: dict[str, dict[str, dict]] = {}
+    steps: dict[str, int] = {}
+    for path in paths:
+        run = json.loads(path.read_text())
+        steps.update(run["steps"])
+        for algo, contestants in run["results"].items():
+            results.setdefault(algo, {}).update(contestants)
+    return results, steps
 
 
 def save_plot(results: dict, path: Path) -> None:
@@ -373,7 +393,14 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both libraries)")
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results (and a PNG beside it)")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", default=None,
+        help="print the table of these --out files (e.g. one per side) instead of training",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.merge:
+        print("\n".join(table(*merged(args.merge))))
+        return
     torch.set_num_threads(args.threads)
     args.compile = not (args.quick or args.no_compile)
     funrl_name = f"funrl {'compiled' if args.compile else 'eager'}"
