@@ -1,7 +1,8 @@
-"""Run under torchrun (2 ranks): data-parallel PPO against one process holding every environment.
+"""The ranks' side of ``test_data_parallel.py`` (2 ranks, :func:`launch.run_ranks`): data-parallel
+PPO against one process holding every environment.
 
 Rank 0 also trains the single-process agent itself (no collectives), so one launch compares
-both; it prints one JSON line of findings, which ``test_data_parallel.py`` asserts on.
+both; :func:`findings` returns them on rank 0 (None on the others) for the test to assert on.
 
 - ``pendulum_*``: continuous PPO (observation and reward normalisation) on Pendulum, eager,
   3 updates of 4 envs on 2 ranks against 4 envs in one process: params and statistics.
@@ -12,7 +13,6 @@ both; it prints one JSON line of findings, which ``test_data_parallel.py`` asser
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import torch
@@ -44,7 +44,7 @@ def rms_stats(state: ppo.PPOTrainState) -> list[torch.Tensor]:
     return found
 
 
-def main() -> None:
+def findings() -> dict[str, Any] | None:
     distributed.init("cpu")
     first = distributed.is_first()
     out: dict[str, Any] = {}
@@ -90,9 +90,4 @@ def main() -> None:
         out["graphs"] = len(graphs)
         out["all_reduce_in_graph"] = "all_reduce" in code
         out["compiled_params"] = max_difference(state.params, eager.params)
-        print("DP_CHECKS " + json.dumps(out), flush=True)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+    return out if first else None

@@ -1,10 +1,16 @@
-"""Launch funrl under torchrun in a fresh process group on this machine (gloo, CPU).
+"""Ranks of a fresh process group on this machine (gloo, CPU), two ways.
+
+``run_ranks(fn, ...)`` forks this test process once per rank and runs ``fn`` in each, with the
+variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...): a fork has torch and
+funrl imported already, so a rank costs nothing to start, where a fresh interpreter spends
+seconds of CPU importing them. Eager work only: a fork shares this process's compiler state
+(inductor's pool of compile workers), so compiled checks start fresh processes with torchrun.
 
 ``torchrun(P, ARGS)`` runs ``python -m torch.distributed.run --standalone --nproc-per-node P
-ARGS``: torchrun's own launcher, with a rendezvous on a free local port, one thread per rank.
-``TRAIN_RUN`` is a script that calls :func:`funrl.agents.run.train_run` with the keyword
-arguments given as JSON, for the options the command line does not have (``stop_after``, the
-agent's config fields: ``config``, lists as tuples; ``agent_files`` to import first, which
+ARGS``: torchrun's own launcher, as users run it, with a rendezvous on a free local port, one
+thread per rank. ``TRAIN_RUN`` is a script that calls :func:`funrl.agents.run.train_run` with the
+keyword arguments given as JSON, for the options the command line does not have (``stop_after``,
+the agent's config fields: ``config``, lists as tuples; ``agent_files`` to import first, which
 register agents of their own).
 """
 
@@ -13,10 +19,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 TRAIN_RUN = """
 import importlib, json, sys
@@ -69,3 +82,50 @@ def train_run(nproc: int, cwd: Path, timeout: float = 300, **kwargs: Any) -> sub
     script = cwd / "train_run.py"
     script.write_text(TRAIN_RUN)
     return torchrun(nproc, str(script), json.dumps(kwargs), cwd=cwd, timeout=timeout)
+
+
+def free_port() -> int:
+    """A local TCP port nobody listens on now (the rendezvous of :func:`run_ranks`)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank(rank: int, nproc: int, port: int, folder: str, fn: Callable[..., Any], args: tuple) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(nproc),
+        LOCAL_WORLD_SIZE=str(nproc),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    result = fn(*args)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    Path(folder, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def run_ranks(fn: Callable[..., Any], *args: Any, nproc: int = 2, timeout: float = 300) -> list[Any]:
+    """``fn(*args)`` on ``nproc`` forked ranks (eager work only, see the module docstring); each
+    rank's return value (JSON) in rank order. A rank's exception is raised here with its traceback
+    (``torch.multiprocessing.ProcessRaisedException``), the other ranks stopped."""
+    with tempfile.TemporaryDirectory() as folder:
+        context = mp.start_processes(
+            _rank, (nproc, free_port(), folder, fn, args), nprocs=nproc, join=False, start_method="fork"
+        )
+        deadline = time.monotonic() + timeout
+        while not context.join(timeout=max(deadline - time.monotonic(), 0.0)):
+            if time.monotonic() >= deadline:
+                for process in context.processes:
+                    process.kill()
+                    process.join()
+                raise TimeoutError(f"run_ranks: {fn.__name__} did not end within {timeout} s")
+        return [json.loads(Path(folder, f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def cli(*argv: str) -> int:
+    """``funrl ARGV`` in this process (a rank of :func:`run_ranks`); its exit status."""
+    from funrl.__main__ import main
+
+    return main(list(argv))

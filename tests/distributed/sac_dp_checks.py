@@ -1,7 +1,8 @@
-"""Run under torchrun (2 ranks): data-parallel SAC against one process holding every environment.
+"""The ranks' side of ``test_data_parallel_sac.py`` (2 ranks, :func:`launch.run_ranks`):
+data-parallel SAC against one process holding every environment.
 
 Rank 0 also trains the single-process agent itself (no collectives), so one launch compares
-both; it prints one JSON line of findings, which ``test_data_parallel_sac.py`` asserts on.
+both; :func:`findings` returns them on rank 0 (None on the others) for the test to assert on.
 
 - ``params`` / ``metrics`` / ``ranks_agree``: eager, 4 updates of 2 Pendulum envs, one per rank
   with its own replay buffer, against 2 envs in one process (the same keys).
@@ -12,7 +13,6 @@ both; it prints one JSON line of findings, which ``test_data_parallel_sac.py`` a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import torch
@@ -37,7 +37,7 @@ TINY = sac.SACConfig(
 )
 
 
-def main() -> None:
+def findings() -> dict[str, Any] | None:
     distributed.init("cpu")
     first = distributed.is_first()
     out: dict[str, Any] = {}
@@ -78,9 +78,4 @@ def main() -> None:
         out["graphs"] = len(graphs)
         out["all_reduce_in_graph"] = "all_reduce" in code
         out["compiled_params"] = max_difference(state.params, eager.params)
-        print("SAC_DP_CHECKS " + json.dumps(out), flush=True)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+    return out if first else None

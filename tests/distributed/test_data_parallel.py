@@ -1,5 +1,8 @@
 """Data-parallel PPO: environments spread over ranks, gradients and normalisation statistics
-all-reduced inside the update; the same agent as one process holding every environment."""
+all-reduced inside the update; the same agent as one process holding every environment.
+
+One launch of two forked ranks (:func:`launch.run_ranks`) trains the CLI's data-parallel run and
+then runs :func:`dp_checks.findings`; the tests assert on what it left."""
 
 from __future__ import annotations
 
@@ -7,17 +10,18 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import Any
 
+import dp_checks
 import pytest
 import torch
-from launch import torchrun
+from launch import cli, run_ranks
 
 from funrl import distributed, random
 from funrl.__main__ import main
 from funrl.agents import ppo, run
 from funrl.testing import assert_trees_close
 
-HERE = Path(__file__).parent
 # Five eager PPO updates of four CartPole envs (128 steps each): two ranks of two envs, or one process.
 TRAIN = ["train", "ppo", "--num-envs", "4", "--total-steps", "2560", "--no-compile", "--no-progress"]
 
@@ -27,12 +31,26 @@ def rows(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def train_then_check(out: str) -> dict[str, Any] | None:
+    """A rank's work: the CLI's data-parallel run into ``out``, then :func:`dp_checks.findings`."""
+    assert cli(*TRAIN, "--data-parallel", "--out", out) == 0
+    return dp_checks.findings()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The data-parallel run folder and rank 0's findings."""
+    two = tmp_path_factory.mktemp("dp") / "two"
+    found, _ = run_ranks(train_then_check, str(two), timeout=600)
+    return two, found
+
+
 @pytest.mark.slow
-def test_two_ranks_of_two_envs_train_the_agent_of_one_process_with_four(tmp_path: Path) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
+def test_two_ranks_of_two_envs_train_the_agent_of_one_process_with_four(
+    two_ranks: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    (two, _), one = two_ranks, tmp_path / "one"
     assert main([*TRAIN, "--out", str(one)]) == 0
-    proc = torchrun(2, "-m", "funrl", *TRAIN, "--data-parallel", "--out", str(two), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads((two / run.CONFIG).read_text())["data_parallel_ranks"] == 2
     expected, got = rows(one), rows(two)
     assert len(got) == len(expected) == 5
@@ -48,11 +66,10 @@ def test_two_ranks_of_two_envs_train_the_agent_of_one_process_with_four(tmp_path
 
 
 @pytest.mark.slow
-def test_statistics_are_pooled_and_the_all_reduce_is_inside_one_compiled_graph(tmp_path: Path) -> None:
-    proc = torchrun(2, str(HERE / "dp_checks.py"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("DP_CHECKS ")]
-    found = json.loads(line.removeprefix("DP_CHECKS "))
+def test_statistics_are_pooled_and_the_all_reduce_is_inside_one_compiled_graph(
+    two_ranks: tuple[Path, dict[str, Any]],
+) -> None:
+    _, found = two_ranks
     assert found["pendulum_params"] < 1e-5 and found["pendulum_loss"] < 1e-5
     assert found["pendulum_ranks_agree"] == 0.0  # every rank holds the same params
     assert found["pendulum_stats"] < 1e-5 < found["pendulum_stats_moved"]  # pooled, and they moved

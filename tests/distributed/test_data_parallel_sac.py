@@ -4,26 +4,19 @@ holding every environment."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from launch import torchrun
+import sac_dp_checks
+from launch import run_ranks
 from sac_dp_checks import TINY
 
 from funrl import distributed, envs, random
 from funrl.agents import common, sac
 from funrl.testing import assert_trees_close
 
-HERE = Path(__file__).parent
-
 
 @pytest.mark.slow
-def test_two_ranks_of_one_env_train_the_agent_of_one_process_with_two(tmp_path: Path) -> None:
-    proc = torchrun(2, str(HERE / "sac_dp_checks.py"), cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("SAC_DP_CHECKS ")]
-    found = json.loads(line.removeprefix("SAC_DP_CHECKS "))
+def test_two_ranks_of_one_env_train_the_agent_of_one_process_with_two() -> None:
+    found, _ = run_ranks(sac_dp_checks.findings, timeout=600)
     assert found["params"] < 1e-5 and found["log_alpha"] < 1e-5 and found["metrics"] < 1e-5
     assert found["moved"] > 1e-2  # it trained: gradient steps changed the params
     assert found["ranks_agree"] == 0.0  # every rank holds the same params

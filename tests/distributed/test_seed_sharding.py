@@ -1,5 +1,8 @@
 """Seed sharding under torchrun: ranks train blocks of the seed axis and rank 0 writes the one
-run folder a single process would, bitwise (eager); a run resumes on another number of ranks."""
+run folder a single process would, bitwise (eager); a run resumes on another number of ranks.
+
+The first check launches ``torchrun -m funrl train`` as users do; the resume runs the same CLI
+in forked ranks (:func:`launch.run_ranks`), which start without importing torch again."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch import torchrun
+from launch import cli, run_ranks, torchrun
 
 from funrl import distributed, tree
 from funrl.__main__ import main
@@ -84,6 +87,5 @@ def test_a_run_stopped_on_one_process_resumes_on_two_ranks(one_process: Path, tm
     run.train_run("ppo", config, out, num_seeds=4, compile=False, progress=False, stop_after=2)
     assert json.loads(checkpoint(out)["metadata"])["update"] == 2
     resume = ["train", "--resume", "--out", str(out), "--no-progress", "--no-compile"]
-    proc = torchrun(2, "-m", "funrl", *resume, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert run_ranks(cli, *resume) == [0, 0]
     assert_same_run(out, one_process)

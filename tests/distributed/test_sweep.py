@@ -1,5 +1,6 @@
 """Sweeps: every grid point x every seed as one vmapped batch, and the same batch sharded over
-torchrun's ranks, whose run folder is the one a single process writes (bitwise, eager)."""
+two ranks (forked, :func:`launch.run_ranks`), whose run folder is the one a single process writes
+(bitwise, eager)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from launch import torchrun
+from launch import cli, run_ranks
 from test_seed_sharding import assert_same_run, checkpoint
 
 from funrl import tree
@@ -108,14 +109,16 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_two_ranks_write_the_sweep_of_one_process(one_process: Path, tmp_path: Path) -> None:
+def test_two_ranks_write_the_sweep_of_one_process(
+    one_process: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
-    proc = torchrun(2, "-m", "funrl", *TRAIN, "--out", str(out), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    capfd.readouterr()
+    assert run_ranks(cli, *TRAIN, "--out", str(out)) == [0, 0]
+    assert capfd.readouterr().out.count("funrl: trained in") == 1  # rank 0 reports
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in one_process.iterdir())
     assert_same_run(out, one_process)
     assert json.loads(checkpoint(out)["metadata"])["update"] == 3
-    assert proc.stdout.count("funrl: trained in") == 1  # rank 0 reports
 
 
 def test_a_stopped_sweep_resumes_exactly(tmp_path: Path) -> None:
