@@ -3,6 +3,7 @@
     python benchmarks/time_to_result.py --device cpu [--algos ppo dqn sac] [--repeats 3]
         [--total-steps ppo=500000,dqn=100000,sac=20000] [--seeds 8]
     python benchmarks/time_to_result.py --quick     # tiny budgets, one round: checks it runs
+    python benchmarks/time_to_result.py --algos sac --parts eager   # only the eager comparison
 
 Each round runs, one after another, every contestant of an algorithm as its own process:
 
@@ -46,6 +47,7 @@ import torch
 DEFAULT_STEPS = {"ppo": 500_000, "dqn": 100_000, "sac": 20_000, "td3": 20_000}
 QUICK_STEPS = {"ppo": 20_480, "dqn": 5_000, "sac": 2_000, "td3": 2_000}
 NEW_LR = {"ppo": "1e-3", "dqn": "5e-4", "sac": "5e-4", "td3": "5e-4"}  # each unlike the default
+PARTS = ("compiled", "eager")
 ENVS = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
 
 
@@ -132,9 +134,10 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def contestants(
-    algo: str, steps: int, eager_steps: int, seeds: int, device: str
+    algo: str, steps: int, eager_steps: int, seeds: int, device: str, parts: tuple[str, ...] = PARTS
 ) -> list[tuple[str, list[str], bool, str]]:
-    """``(name, command, fresh_cache, sb3 row to compare with)`` in the order a round runs them."""
+    """``(name, command, fresh_cache, sb3 row to compare with)`` in the order a round runs them:
+    the ``compiled`` part (SB3 and funrl on the whole budget), then the ``eager`` part."""
 
     def funrl(budget: int) -> list[str]:
         return [sys.executable, "-m", "funrl", "train", algo, "--env", ENVS[algo], "--total-steps",
@@ -143,17 +146,20 @@ def contestants(
     def sb3(budget: int) -> list[str]:
         return [sys.executable, __file__, "--sb3", algo, "--sb3-steps", str(budget)]
 
-    rows = [
-        ("sb3", sb3(steps), False, "sb3"),
-        ("funrl cold", funrl(steps), False, "sb3"),  # the round's shared cache is empty until here
-        ("funrl warm", funrl(steps), False, "sb3"),
-        ("funrl warm, new lr", funrl(steps) + ["--lr", NEW_LR[algo]], False, "sb3"),
-    ]
-    if algo == "ppo" and seeds > 1:
-        rows.append((f"funrl cold, {seeds} seeds", funrl(steps) + ["--seeds", str(seeds)], True, "sb3"))
-    rows.append((f"sb3, {eager_steps} steps", sb3(eager_steps), False, f"sb3, {eager_steps} steps"))
-    rows.append((f"funrl eager, {eager_steps} steps", funrl(eager_steps) + ["--no-compile"], False,
-                 f"sb3, {eager_steps} steps"))  # fmt: skip
+    rows = []
+    if "compiled" in parts:
+        rows += [
+            ("sb3", sb3(steps), False, "sb3"),
+            ("funrl cold", funrl(steps), False, "sb3"),  # the round's shared cache is empty until here
+            ("funrl warm", funrl(steps), False, "sb3"),
+            ("funrl warm, new lr", funrl(steps) + ["--lr", NEW_LR[algo]], False, "sb3"),
+        ]
+        if algo == "ppo" and seeds > 1:
+            rows.append((f"funrl cold, {seeds} seeds", funrl(steps) + ["--seeds", str(seeds)], True, "sb3"))
+    if "eager" in parts:
+        rows.append((f"sb3, {eager_steps} steps", sb3(eager_steps), False, f"sb3, {eager_steps} steps"))
+        rows.append((f"funrl eager, {eager_steps} steps", funrl(eager_steps) + ["--no-compile"], False,
+                     f"sb3, {eager_steps} steps"))  # fmt: skip
     return rows
 
 
@@ -167,6 +173,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--eager-fraction", type=float, default=0.1, help="eager budget / total steps")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--parts", nargs="+", default=list(PARTS), choices=PARTS,
+        help="compiled: SB3, cold and warm on the whole budget; eager: --no-compile against SB3 on the eager budget",
+    )  # fmt: skip
     parser.add_argument(
         "--quick", action="store_true",
         help="tiny budgets (ppo 20480, dqn 5000, sac 2000 steps), half of them eager, one round, "
@@ -187,7 +197,7 @@ def main() -> None:
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, device {args.device}")
     for algo in args.algos:
         eager_steps = int(steps[algo] * args.eager_fraction)
-        rows = contestants(algo, steps[algo], eager_steps, args.seeds, args.device)
+        rows = contestants(algo, steps[algo], eager_steps, args.seeds, args.device, tuple(args.parts))
         times: dict[str, list[float]] = {row[0]: [] for row in rows}
         cpu_times: dict[str, list[float]] = {row[0]: [] for row in rows}
         ratios: dict[str, list[float]] = {row[0]: [] for row in rows}
