@@ -83,6 +83,48 @@ def test_batched_view_equals_single_envs_with_split_keys(seed, num_envs):
         assert ftree.tree_equal(ftree.index(out, i), single)
 
 
+def test_batched_view_keeps_nested_states_info_and_per_env_params():
+    # vmap sees flat tuples of tensors: every method must rebuild the wrapper's nested state, the
+    # info dict and each environment's own params field exactly as the single env returns them.
+    env, params = E.make("CartPole-v1")
+    env = wrappers.EpisodeStatistics(env)
+    num_envs = 3
+    gravity = torch.tensor([9.8, 4.0, 20.0])
+    batched = E.vmap(env, num_envs, batched_params=("gravity",))
+    batched_params = E.cartpole.CartPoleParams(gravity=gravity)
+    key = random.key(11)
+    per_env = [E.cartpole.CartPoleParams(gravity=float(g)) for g in gravity]
+    obs, state = batched.reset(key, batched_params)
+    for _ in range(3):  # a few steps, so gravity moves the envs apart
+        push = torch.ones(num_envs, dtype=torch.int64)
+        obs, state, *_ = batched.step(random.fold_in(key, 1), state, push, batched_params)
+    action = torch.tensor([0, 1, 1])
+    draw = batched.draw_step(random.fold_in(key, 2), batched_params)
+    outputs = {
+        "draw_step": draw,
+        "step_with": batched.step_with(draw, state, action, batched_params),
+        "step_env": batched.step_env(random.fold_in(key, 3), state, action, batched_params),
+    }
+    step_keys = {name: random.split(random.fold_in(key, i), num_envs) for name, i in (("draw_step", 2), ("step_env", 3))}
+    for i in range(num_envs):
+        state_i = ftree.index(state, i)
+        single = {
+            "draw_step": env.draw_step(step_keys["draw_step"][i], per_env[i]),
+            "step_with": env.step_with(ftree.index(draw, i), state_i, action[i], per_env[i]),
+            "step_env": env.step_env(step_keys["step_env"][i], state_i, action[i], per_env[i]),
+        }
+        for name, out in outputs.items():
+            assert ftree.structure(ftree.index(out, i)) == ftree.structure(single[name]), name
+            assert ftree.tree_equal(ftree.index(out, i), single[name]), (name, i)
+        # the info dict keeps the single env's keys in their order
+        assert list(outputs["step_with"][-1]) == list(single["step_with"][-1])
+    assert isinstance(outputs["step_with"][1], wrappers.EpisodeStatisticsState)
+    assert isinstance(outputs["step_with"][1].env_state, CartPoleState)
+    # The per-env gravity reached each env: the same step under shared default gravity differs.
+    shared = E.vmap(env, num_envs).step_with(draw, state, action, params)
+    assert not torch.equal(shared[1].env_state.theta_dot, outputs["step_with"][1].env_state.theta_dot)
+
+
 def test_batched_view_rejects_bad_input():
     env, params = E.make("CartPole-v1")
     batched = E.vmap(env, 4)
