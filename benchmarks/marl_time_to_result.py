@@ -12,7 +12,7 @@ uniformly random policy on the same env. The two simple_spread versions score on
 scales (VMAS hands every agent the whole team's reward), so compare each to its own random policy.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/marl_time_to_result.py --total-steps 100000 \\
-        --peer-python /tmp/trl/bin/python [--eager]
+        --peer-python /tmp/trl/bin/python [--eager] [--peer-reward-scale 0.1667]
 """
 
 from __future__ import annotations
@@ -89,6 +89,12 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=100_000, help="env steps, each side")
     parser.add_argument("--peer-python", help="an interpreter with torchrl and vmas; no peer row without it")
     parser.add_argument("--eager", action="store_true", help="also time funrl eager")
+    parser.add_argument(
+        "--peer-reward-scale",
+        type=float,
+        default=1.0,
+        help="the peer's --reward-scale: VMAS's simple_spread pays about 6x mpe2's per agent",
+    )
     args = parser.parse_args()
     config = mappo.MAPPOConfig(total_steps=args.total_steps)
     funrl_side = [sys.executable, str(HERE / "marl_agents.py"), "--seeds", "1"]
@@ -98,6 +104,7 @@ def main() -> None:
         results["funrl MAPPO, eager (mpe2 simple_spread)"] = timed([*funrl_side, "--no-compile"])
     if args.peer_python:
         peer = [args.peer_python, str(HERE / "torchrl_mappo.py"), "--total-steps", str(args.total_steps)]
+        peer += ["--reward-scale", str(args.peer_reward_scale)]
         results["TorchRL MAPPO (VMAS simple_spread)"] = timed([*peer, *peer_options(config)])
     else:
         results["TorchRL MAPPO (VMAS simple_spread)"] = {"not_run": "no --peer-python given"}

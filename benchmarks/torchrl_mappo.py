@@ -34,7 +34,7 @@ from torchrl.collectors import Collector
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
-from torchrl.envs import RewardSum, TransformedEnv
+from torchrl.envs import Compose, RewardScaling, RewardSum, TransformedEnv
 from torchrl.envs.libs.vmas import VmasEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, ValueOperator
@@ -97,6 +97,16 @@ def main() -> None:
     parser.add_argument("--vf-coef", type=float, default=0.5)
     parser.add_argument("--max-grad-norm", type=float, default=0.5)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument(
+        "--reward-scale",
+        type=float,
+        default=1.0,
+        help="multiply the reward the learner sees (VMAS's simple_spread pays about 6x mpe2's); "
+        "returns are reported unscaled",
+    )
+    parser.add_argument(
+        "--no-value-clip", action="store_true", help="an unclipped critic loss (funrl clips it at --clip-eps)"
+    )
     parser.add_argument("--eval-episodes", type=int, default=32)
     args = parser.parse_args()
 
@@ -106,7 +116,13 @@ def main() -> None:
     frames_per_batch = args.num_envs * EPISODE_STEPS
     num_updates = args.total_steps // frames_per_batch
     env = make_env(args.num_envs, args.seed, args.agents)
-    env = TransformedEnv(env, RewardSum(in_keys=[env.reward_key], out_keys=[("agents", "episode_reward")]))
+    env = TransformedEnv(
+        env,
+        Compose(
+            RewardSum(in_keys=[env.reward_key], out_keys=[("agents", "episode_reward")]),
+            RewardScaling(loc=0.0, scale=args.reward_scale, in_keys=[env.reward_key]),
+        ),
+    )
     obs_dim = env.observation_spec["agents", "observation"].shape[-1]
     num_actions = env.full_action_spec_unbatched[env.action_key].space.n
 
@@ -155,7 +171,7 @@ def main() -> None:
         entropy_coeff=args.ent_coef,
         critic_coeff=args.vf_coef / 2,
         loss_critic_type="l2",
-        clip_value=args.clip_eps,
+        clip_value=None if args.no_value_clip else args.clip_eps,
         normalize_advantage=True,
     )
     loss_module.set_keys(
@@ -210,6 +226,7 @@ def main() -> None:
                 "updates": num_updates,
                 "last_10_updates_return": sum(episode_returns[-10:]) / len(episode_returns[-10:]),
                 "first_10_updates_return": sum(episode_returns[:10]) / len(episode_returns[:10]),
+                "return_every_25_updates": episode_returns[::25],
                 "greedy_return": float(greedy.mean()),
                 "random_policy_return": float(uniform.mean()),
             }
