@@ -4,7 +4,8 @@ It is TorchRL's multi-agent example (``sota-implementations/multiagent/mappo_ipp
 script whose config file the torchrl wheel does not ship) rebuilt from torchrl's public modules
 with funrl's MAPPO hyper-parameters instead of the example's: a ``Collector`` over a batched
 ``VmasEnv``, ``MultiAgentMLP`` actor and centralised critic with shared parameters, a categorical
-actor over VMAS's five discrete actions (funrl's simple_spread default), ``ClipPPOLoss`` with
+actor over VMAS's discrete actions (nine: each axis -1, 0 or +1, where mpe2 has five; discrete is
+funrl's simple_spread default), ``ClipPPOLoss`` with
 GAE, minibatches drawn without replacement, Adam with a linear learning-rate decay and a gradient
 norm clip on the actor and on the critic, as funrl's per-network optimisers clip.
 
