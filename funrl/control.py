@@ -13,11 +13,9 @@ Each is listed here with the reason it is needed. Tested with torch 2.13.0.
   under ``torch.compile`` (no public loop op exists).
 - ``torch.utils._pytree`` (``tree_flatten``, ``tree_unflatten``, ``tree_map``, ``tree_leaves``,
   ``register_pytree_node``): the pytree library that ``torch.func.vmap``, ``torch.compile`` and
-  the scan op use. :func:`scan` flattens carries with it so that they match what the op sees,
+  the scan op use. :func:`scan` flattens carries with it so that they match what the op sees, and
   :func:`register_pytree_node` (used by ``funrl.tree.register_state``) registers a user's
-  container with it so that vmap and compile see through it, and :func:`tree_flatten` /
-  :func:`tree_unflatten` hand a transform flat tuples of tensors: dynamo traces them where it
-  cannot trace optree's flattening of a dict (torch 2.13).
+  container with it so that vmap and compile see through it.
 - ``torch._C._functorch.peek_interpreter_stack``: in :func:`is_traced`, whether a ``torch.func``
   transform (vmap, grad) is running the caller; torch has no public query for it.
 - inductor's ``unsafe_marked_cacheable_functions`` option and
@@ -46,8 +44,6 @@ __all__ = [
     "is_traced",
     "compile",
     "register_pytree_node",
-    "tree_flatten",
-    "tree_unflatten",
     "INDUCTOR_OPTIONS",
     "cache_dir",
     "use_persistent_cache",
@@ -154,16 +150,6 @@ def register_pytree_node(
     torch_pytree.register_pytree_node(
         cls, flatten, unflatten, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
-
-
-def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
-    """``(leaves, spec)`` of ``tree`` in torch's pytree order (the order vmap and compile use)."""
-    return torch_pytree.tree_flatten(tree)
-
-
-def tree_unflatten(leaves: Any, spec: Any) -> Any:
-    """Inverse of :func:`tree_flatten`: the tree of ``spec`` holding ``leaves`` (any sequence)."""
-    return torch_pytree.tree_unflatten(list(leaves), spec)
 
 
 def is_traced() -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from funrl import control, random
+from funrl import random
 from funrl import tree as ftree
 from funrl.envs.core import Environment, Space
 
@@ -67,25 +67,14 @@ class BatchedEnv:
 
     def _map(self, method: str, params: Any, *per_env: Any) -> Any:
         """``self.env.<method>(*per_env, params)`` for every environment: ``vmap`` over the leading
-        dimension of every leaf of ``per_env`` and of the batched params fields.
-
-        ``vmap`` receives and returns flat tuples of tensors, each tree taken apart once and
-        rebuilt once: given nested states, ``torch.func.vmap`` walks them several times per call
-        (inputs, in_dims, outputs, out_dims), which costs more than a small step's own ops.
-        """
+        dimension of every leaf of ``per_env`` and of the batched params fields."""
         shared, batched = self._split_params(params)
-        leaves, spec = control.tree_flatten((per_env, batched))
-        out_specs = []
 
-        def one_env(*env_leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            args, env_batched = control.tree_unflatten(env_leaves, spec)
+        def one_env(args: tuple[Any, ...], env_batched: dict[str, torch.Tensor]) -> Any:
             env_params = dataclasses.replace(shared, **env_batched) if env_batched else shared
-            out_leaves, out_spec = control.tree_flatten(getattr(self.env, method)(*args, env_params))
-            out_specs.append(out_spec)
-            return tuple(out_leaves)
+            return getattr(self.env, method)(*args, env_params)
 
-        out = torch.func.vmap(one_env, randomness="error")(*leaves)
-        return control.tree_unflatten(out, out_specs[0])
+        return torch.func.vmap(one_env, randomness="error")(per_env, batched)
 
     # -- the batched interface --------------------------------------------------------------
 
