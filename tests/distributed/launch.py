@@ -11,7 +11,9 @@ ARGS``: torchrun's own launcher, as users run it, with a rendezvous on a free lo
 thread per rank. ``TRAIN_RUN`` is a script that calls :func:`funrl.agents.run.train_run` with the
 keyword arguments given as JSON, for the options the command line does not have (``stop_after``,
 the agent's config fields: ``config``, lists as tuples; ``agent_files`` to import first, which
-register agents of their own).
+register agents of their own; ``compile_in_turn``: each rank makes its first compiled call once
+the rank before it has made its own, so that when the ranks compile the same graph every rank
+but the first loads it from the on-disk compile cache they share instead of compiling it again).
 """
 
 from __future__ import annotations
@@ -32,11 +34,29 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 TRAIN_RUN = """
-import importlib, json, sys
+import importlib, json, os, sys, time
 from pathlib import Path
-from funrl.agents import run
+from funrl.agents import common, run
 
 kwargs = json.loads(sys.argv[1])
+if kwargs.pop("compile_in_turn", False):
+    rank, turns, make_step = int(os.environ["RANK"]), Path(kwargs["out"]).parent, common.make_step
+
+    def step_in_turn(*args, **kw):
+        step, calls = make_step(*args, **kw), []
+
+        def first_call_in_turn(*a):
+            while not calls and rank and not (turns / f"compiled{rank - 1}").exists():
+                time.sleep(0.1)
+            result = step(*a)
+            if not calls:
+                (turns / f"compiled{rank}").touch()
+            calls.append(1)
+            return result
+
+        return first_call_in_turn
+
+    common.make_step = step_in_turn
 for path in kwargs.pop("agent_files", []):  # a user's agent file registers its agent on import
     sys.path.insert(0, str(Path(path).parent))
     importlib.import_module(Path(path).stem)

@@ -1,6 +1,12 @@
 """Seed sharding with compiled update steps: 2 ranks x 2 seeds, each rank compiling its own step,
-train the agents of 1 process x 4 seeds compiled, within 1e-6 (the two batch sizes compile to
-different kernels, so equality is up to their rounding).
+train the agents of 1 process x 4 seeds within 1e-6 (compiled kernels round otherwise than eager
+ones, so equality is up to their rounding).
+
+The ranks' graphs are the same (equal blocks), so the second rank waits for the first's compile
+and loads its graph from the compile cache they share: the same kernels, at the cost of a cache
+hit instead of a second compile. The single process runs eager:
+a compiled one would compile a third graph (four seeds), and compiled steps are checked against
+eager ones agent by agent in ``tests/agents``.
 
 The agent is the smallest registered one, ``toy`` (a user's agent file,
 ``tests/agents/toy_agent.py``: a rollout, a policy gradient and an Adam step), since every
@@ -42,7 +48,7 @@ def metrics(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_two_compiled_ranks_train_the_seeds_of_one_compiled_process(toy_agent, tmp_path: Path) -> None:
+def test_two_compiled_ranks_train_the_seeds_of_one_process(toy_agent, tmp_path: Path) -> None:
     config = toy_agent.ToyConfig(total_steps=UPDATES * toy_agent.ToyConfig().steps_per_update)
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     proc = train_run(
@@ -55,9 +61,10 @@ def test_two_compiled_ranks_train_the_seeds_of_one_compiled_process(toy_agent, t
         out=str(sharded),
         num_seeds=4,
         compile=True,
+        compile_in_turn=True,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    run.train_run("toy", config, single, num_seeds=4, compile=True, progress=False)
+    run.train_run("toy", config, single, num_seeds=4, compile=False, progress=False)
 
     assert len(metrics(single)["update"]) == UPDATES * 4
     assert_trees_close(metrics(sharded), metrics(single), rtol=1e-6, atol=1e-6, name="metrics")
