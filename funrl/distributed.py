@@ -24,8 +24,10 @@ seeds, see :mod:`funrl.agents.run`) are sharded the same way.
 **Data parallelism** (:class:`DataParallel`): one agent whose ``num_envs`` environments are cut
 into one block per rank. Its compiled update calls :meth:`DataParallel.all_reduce_sum` (the public
 ``torch.distributed.all_reduce``, which ``torch.compile`` traces into the graph as a functional
-collective in torch 2.13, so the update stays one graph) on gradients, rollout data and running
-normalisation statistics. With one rank it is the identity, chosen when the agent is built.
+collective in torch 2.13, so the update stays one graph) on rollout data and running
+normalisation statistics, and through :meth:`DataParallel.sum_tree` / :meth:`DataParallel.mean_tree`
+on gradients with their loss metrics: every leaf of a tree in one all-reduce of their flattened
+concatenation. With one rank it is the identity, chosen when the agent is built.
 PPO and SAC have a data-parallel update; SAC keeps per-rank replay (each rank's environments'
 transitions in its own buffer, their shares of every batch drawn there).
 
