@@ -197,20 +197,3 @@ def test_atomic_checkpoint_keeps_old_file_when_write_fails(tmp_path: Path) -> No
     state, meta = load_checkpoint(path, {"a": torch.zeros(2)})
     assert meta["update"] == 1 and torch.equal(state["a"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
-
-
-@pytest.mark.slow
-def test_compiled_update_equals_eager(agent: common.Agent) -> None:
-    """One compiled graph for the whole PPO iteration (rollout scan, GAE, minibatch scan)."""
-    state, run_key = common.init_state(agent, random.key(11))
-    eager_step = common.make_step(agent, batched=False, compile=False)
-    compiled_step = common.make_step(agent, batched=False, compile=True)
-    eager, compiled = state, state
-    for _ in range(3):
-        eager, metrics_e = eager_step(eager, run_key)
-        compiled, metrics_c = compiled_step(compiled, run_key)
-    assert tree.tree_allclose(compiled.params, eager.params, rtol=1e-5, atol=1e-6)
-    assert tree.tree_equal(compiled.env_state, eager.env_state) or tree.tree_allclose(
-        compiled.env_state, eager.env_state, rtol=1e-5, atol=1e-6
-    )
-    torch.testing.assert_close(metrics_c["loss"], metrics_e["loss"], rtol=1e-4, atol=1e-5)
