@@ -1,7 +1,7 @@
 """Scaling over processes with torchrun: seed sharding and data-parallel PPO on CartPole.
 
     python benchmarks/distributed.py --device cpu [--procs 1 2] [--seeds 8] [--num-envs 8]
-                                     [--updates 20] [--no-compile]
+                                     [--updates 20] [--no-compile] [--runs seeds dp]
 
 For each process count P it launches ``torchrun --standalone --nproc-per-node P`` on this script's
 worker (one torch thread per rank) twice:
@@ -152,13 +152,17 @@ def main() -> None:
     )
     parser.add_argument("--updates", type=int, default=20, help="updates per timed block (default: 20)")
     parser.add_argument("--no-compile", action="store_true", help="time eager updates")
+    parser.add_argument(
+        "--runs", nargs="+", choices=("seeds", "dp"), default=["seeds", "dp"],
+        help="which rows: seed sharding, data parallelism (default: both)",
+    )  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("seeds", "dp"), default="seeds", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    rows = {(mode, p): launch(p, mode, args) for mode in ("seeds", "dp") for p in args.procs}
+    rows = {(mode, p): launch(p, mode, args) for mode in args.runs for p in args.procs}
     mode = "eager" if args.no_compile else "compiled"
     print(
         f"PPO CartPole-v1, {mode}, --device {args.device}, one torch thread per process, {os.cpu_count()} CPUs"
@@ -180,7 +184,9 @@ def main() -> None:
         print(
             f"| {name} | {procs} | {row['update_s'] * 1e3:.1f} ms | {seeds} | {rate:,.0f} | {speedup:.2f}x | {share} |"
         )
-    dp = rows[("dp", args.procs[-1])]
+    dp = rows.get(("dp", args.procs[-1]))
+    if dp is None:
+        return
     print()
     print(
         f"data-parallel all-reduce traffic per update and rank: {dp['allreduce_bytes'] / 1e6:.3f} MB in "
