@@ -336,13 +336,10 @@ def make_train(
         )
         return gather(buffer_state.experience, slot * local_envs + (env - my_envs.start))
 
-    def detached(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return ftree.map(torch.Tensor.detach, params)
-
     tanh_normal = nets.distributions.tanh_normal
 
     def sample_rows(
-        actor_params: dict[str, torch.Tensor], obs: torch.Tensor, keys: torch.Tensor
+        actor: torch.nn.Module, actor_params: dict[str, torch.Tensor], obs: torch.Tensor, keys: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(a, log π(a|s))`` of each row of ``obs`` (``[rows, A]``, ``[rows]``), row ``i`` drawn
         with ``keys[i]`` as a batch of one would draw it, so a rank draws its rows of one
@@ -366,12 +363,10 @@ def make_train(
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:func:`funrl.losses.sac_critic_objective` of this rank's rows with per-row keys
         (:func:`sample_rows`), scaled to its share of the batch's mean loss."""
-        next_action, next_log_prob = sample_rows(detached(actor_params), batch["next_obs"], keys)
-        next_q = L.ensemble_q(critic, detached(target_critic), batch["next_obs"], next_action)
-        next_value = L.soft_state_value(next_q, next_log_prob, alpha)
-        target = L.bellman_target(batch["reward"], batch["terminated"], next_value, gamma)
-        q = L.ensemble_q(critic, critic_params, batch["obs"], batch["action"])
-        loss, metrics = L.sac_critic_loss(q, target)
+        loss, metrics = L.sac_critic_objective(
+            critic_params, actor_params, target_critic, alpha, batch, keys,
+            actor=actor, critic=critic, gamma=gamma, sample=sample_rows,
+        )  # fmt: skip
         return loss * share, metrics
 
     def actor_share(
@@ -383,10 +378,10 @@ def make_train(
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:func:`funrl.losses.sac_actor_objective` of this rank's rows with per-row keys, as its
         share of the batch's mean loss; ``metrics["log_prob"]`` feeds the temperature."""
-        action, log_prob = sample_rows(actor_params, batch["obs"], keys)
-        q = L.ensemble_q(critic, detached(critic_params), batch["obs"], action)
-        loss, metrics = L.sac_actor_loss(q, log_prob, alpha)
-        return loss * share, {**metrics, "log_prob": log_prob.detach()}
+        loss, metrics = L.sac_actor_objective(
+            actor_params, critic_params, alpha, batch, keys, actor=actor, critic=critic, sample=sample_rows
+        )
+        return loss * share, metrics
 
     def temperature_share(log_alpha: torch.Tensor, log_prob: torch.Tensor) -> Any:
         """The temperature loss of this rank's rows, as its share of the batch's mean."""

@@ -17,7 +17,7 @@ actors (DDPG/TD3) return actions already within the action bounds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -49,6 +49,10 @@ def ensemble_size(name: str, params: Params) -> int:
     if len(sizes) != 1 or None in sizes:
         raise ValueError(f"{name}: expected stacked ensemble params with one leading size, got sizes {sizes}")
     return sizes.pop()
+
+
+PolicySampler = Callable[[nn.Module, Params, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""``sample(actor, actor_params, obs, key) -> (a, log π(a|s))``: how an objective draws actions."""
 
 
 def sample_policy(

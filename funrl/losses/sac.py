@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from funrl.losses._checks import check_ensemble, check_floating, check_shape, check_weight
-from funrl.losses._objectives import Params, frozen, sample_policy, unpack_transitions
+from funrl.losses._objectives import Params, PolicySampler, frozen, sample_policy, unpack_transitions
 from funrl.losses.bellman import bellman_target, ensemble_critic_loss, ensemble_q, soft_state_value
 
 __all__ = [
@@ -102,13 +102,16 @@ def sac_critic_objective(
     critic: nn.Module,
     gamma: Scalar,
     distance: str = "l2",
+    sample: PolicySampler = sample_policy,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SAC critic loss from params: target ``r + gamma (1 - d) [min_e Q'_e(s', a') - alpha log pi(a'|s')]``.
 
-    ``a' ~ pi(s')`` is drawn with ``key``. Returns ``sac_critic_loss``'s ``(loss, metrics)``.
+    ``a' ~ pi(s')`` is drawn as ``sample(actor, actor_params, next_obs, key)`` (by default one
+    draw for the batch with ``key``; an agent may pass a sampler that draws each row with its own
+    key). Returns ``sac_critic_loss``'s ``(loss, metrics)``.
     """
     obs, action, reward, next_obs, terminated = unpack_transitions(batch)
-    next_action, next_log_prob = sample_policy(actor, frozen(actor_params), next_obs, key)
+    next_action, next_log_prob = sample(actor, frozen(actor_params), next_obs, key)
     next_q = ensemble_q(critic, frozen(target_critic_params), next_obs, next_action)
     next_value = soft_state_value(next_q, next_log_prob, alpha)
     target = bellman_target(reward, terminated, next_value, gamma)
@@ -125,11 +128,14 @@ def sac_actor_objective(
     *,
     actor: nn.Module,
     critic: nn.Module,
+    sample: PolicySampler = sample_policy,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """SAC actor loss from params (critics detached). ``metrics["log_prob"]`` ``[B]`` feeds
-    ``sac_temperature_loss``, so the temperature step needs no second actor pass."""
+    """SAC actor loss from params (critics detached), ``a ~ pi(s)`` drawn as
+    ``sample(actor, actor_params, obs, key)`` (see :func:`sac_critic_objective`).
+    ``metrics["log_prob"]`` ``[B]`` feeds ``sac_temperature_loss``, so the temperature step needs
+    no second actor pass."""
     obs = unpack_transitions(batch)[0]
-    action, log_prob = sample_policy(actor, actor_params, obs, key)
+    action, log_prob = sample(actor, actor_params, obs, key)
     q = ensemble_q(critic, frozen(critic_params), obs, action)
     loss, metrics = sac_actor_loss(q, log_prob, alpha)
     return loss, {**metrics, "log_prob": log_prob.detach()}

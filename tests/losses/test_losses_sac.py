@@ -120,6 +120,40 @@ def test_sac_objectives_equal_their_tensor_level_composition():
     torch.testing.assert_close(metrics["log_prob"], log_prob, rtol=1e-6, atol=1e-6)
 
 
+def test_sac_objectives_draw_through_the_given_sampler():
+    """``sample`` replaces the one-key draw: a sampler drawing each row with its own key (as
+    data-parallel SAC does) gives the losses of the composition with those rows' draws."""
+    n, b = networks(), replay_batch(1)
+    keys = random.split(random.key(5), b["obs"].shape[0])
+    dist = nets.distributions.tanh_normal
+    seen = []
+
+    def per_row(actor, actor_params, obs, row_keys):
+        seen.append(obs)
+        loc, scale = nets.apply(actor, actor_params, obs)
+        draws = [
+            dist.sample_and_log_prob(k, loc[i : i + 1], scale[i : i + 1]) for i, k in enumerate(row_keys)
+        ]
+        return torch.cat([a for a, _ in draws]), torch.cat([lp for _, lp in draws])
+
+    kwargs = {"actor": n["actor"], "critic": n["critic"], "sample": per_row}
+    loss, _ = L.sac_critic_objective(
+        n["critic_params"], n["actor_params"], n["target_critic_params"], 0.2, b, keys, gamma=0.99, **kwargs
+    )
+    next_action, next_log_prob = per_row(n["actor"], n["actor_params"], b["next_obs"], keys)
+    next_q = loop_q(n["critic"], n["target_critic_params"], b["next_obs"], next_action)
+    target = b["reward"] + 0.99 * (~b["terminated"]).float() * (next_q.min(0).values - 0.2 * next_log_prob)
+    q = loop_q(n["critic"], n["critic_params"], b["obs"], b["action"])
+    torch.testing.assert_close(loss, ((q - target) ** 2).sum(0).mean(), rtol=1e-5, atol=1e-6)
+
+    actor_loss, metrics = L.sac_actor_objective(n["actor_params"], n["critic_params"], 0.2, b, keys, **kwargs)
+    action, log_prob = per_row(n["actor"], n["actor_params"], b["obs"], keys)
+    q_pi = loop_q(n["critic"], n["critic_params"], b["obs"], action)
+    torch.testing.assert_close(actor_loss, (0.2 * log_prob - q_pi.min(0).values).mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(metrics["log_prob"], log_prob, rtol=1e-6, atol=1e-6)
+    assert seen[0] is b["next_obs"] and seen[2] is b["obs"]  # the objectives drew through it
+
+
 def test_sac_objective_gradients_reach_only_the_trained_params():
     n, b, key = networks(), replay_batch(2), random.key(3)
     kwargs = {"actor": n["actor"], "critic": n["critic"]}
