@@ -3,8 +3,9 @@
 ``run_ranks(fn, ...)`` forks this test process once per rank and runs ``fn`` in each, with the
 variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...): a fork has torch and
 funrl imported already, so a rank costs nothing to start, where a fresh interpreter spends
-seconds of CPU importing them. Eager work only: a fork shares this process's compiler state
-(inductor's pool of compile workers), so compiled checks start fresh processes with torchrun.
+seconds of CPU importing them. No inductor compiles there: a fork shares this process's compiler
+state (inductor's pool of compile workers), so checks that compile with inductor start fresh
+processes with torchrun; dynamo tracing into a capturing backend (graph counts) is fine.
 
 ``torchrun(P, ARGS)`` runs ``python -m torch.distributed.run --standalone --nproc-per-node P
 ARGS``: torchrun's own launcher, as users run it, with a rendezvous on a free local port, one
@@ -127,7 +128,7 @@ def _rank(rank: int, nproc: int, port: int, folder: str, fn: Callable[..., Any],
 
 
 def run_ranks(fn: Callable[..., Any], *args: Any, nproc: int = 2, timeout: float = 300) -> list[Any]:
-    """``fn(*args)`` on ``nproc`` forked ranks (eager work only, see the module docstring); each
+    """``fn(*args)`` on ``nproc`` forked ranks (no inductor compiles: module docstring); each
     rank's return value (JSON) in rank order. A rank's exception is raised here with its traceback
     (``torch.multiprocessing.ProcessRaisedException``), the other ranks stopped."""
     with tempfile.TemporaryDirectory() as folder:

@@ -84,8 +84,8 @@ def test_batched_view_equals_single_envs_with_split_keys(seed, num_envs):
 
 
 def test_batched_view_keeps_nested_states_info_and_per_env_params():
-    # vmap sees flat tuples of tensors: every method must rebuild the wrapper's nested state, the
-    # info dict and each environment's own params field exactly as the single env returns them.
+    # Every method of the batched view returns, per env, the wrapper's nested state, the info
+    # dict and the effect of each environment's own params field exactly as the single env does.
     env, params = E.make("CartPole-v1")
     env = wrappers.EpisodeStatistics(env)
     num_envs = 3
@@ -105,7 +105,10 @@ def test_batched_view_keeps_nested_states_info_and_per_env_params():
         "step_with": batched.step_with(draw, state, action, batched_params),
         "step_env": batched.step_env(random.fold_in(key, 3), state, action, batched_params),
     }
-    step_keys = {name: random.split(random.fold_in(key, i), num_envs) for name, i in (("draw_step", 2), ("step_env", 3))}
+    step_keys = {
+        name: random.split(random.fold_in(key, i), num_envs)
+        for name, i in (("draw_step", 2), ("step_env", 3))
+    }
     for i in range(num_envs):
         state_i = ftree.index(state, i)
         single = {
@@ -219,7 +222,14 @@ def test_rollout_drawing_ahead_equals_stepping_with_keys(env_id, wrap):
     assert bool((traj.terminated | traj.truncated).any())
     for t, (o, a, r, term, trunc, final, _) in enumerate(records):
         assert ftree.tree_equal(
-            (traj.obs[t], traj.action[t], traj.reward[t], traj.terminated[t], traj.truncated[t], traj.final_obs[t]),
+            (
+                traj.obs[t],
+                traj.action[t],
+                traj.reward[t],
+                traj.terminated[t],
+                traj.truncated[t],
+                traj.final_obs[t],
+            ),
             (o, a, r, term, trunc, final),
         )
 
