@@ -19,29 +19,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from time_to_result import timed
 
 from funrl.agents import mappo
 
 HERE = Path(__file__).resolve().parent
 
 
-def timed(command: list[str]) -> dict:
+def timed_result(command: list[str]) -> dict:
     """Run ``command``; its last stdout line (JSON) with the wall and CPU seconds it took."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        return {"not_run": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {**result, "wall_s": wall, "cpu_s": cpu}
+    try:
+        stdout, wall, cpu = timed(command)
+    except RuntimeError as failure:
+        return {"not_run": (str(failure).strip().splitlines() or ["no output"])[-1]}
+    return {**json.loads(stdout.strip().splitlines()[-1]), "wall_s": wall, "cpu_s": cpu}
 
 
 def peer_options(config: mappo.MAPPOConfig) -> list[str]:
@@ -99,13 +93,13 @@ def main() -> None:
     config = mappo.MAPPOConfig(total_steps=args.total_steps)
     funrl_side = [sys.executable, str(HERE / "marl_agents.py"), "--seeds", "1"]
     funrl_side += ["--total-steps", str(args.total_steps), "--lr", str(config.learning_rate)]
-    results = {"funrl MAPPO, compiled (mpe2 simple_spread)": timed(funrl_side)}
+    results = {"funrl MAPPO, compiled (mpe2 simple_spread)": timed_result(funrl_side)}
     if args.eager:
-        results["funrl MAPPO, eager (mpe2 simple_spread)"] = timed([*funrl_side, "--no-compile"])
+        results["funrl MAPPO, eager (mpe2 simple_spread)"] = timed_result([*funrl_side, "--no-compile"])
     if args.peer_python:
         peer = [args.peer_python, str(HERE / "torchrl_mappo.py"), "--total-steps", str(args.total_steps)]
         peer += ["--reward-scale", str(args.peer_reward_scale)]
-        results["TorchRL MAPPO (VMAS simple_spread)"] = timed([*peer, *peer_options(config)])
+        results["TorchRL MAPPO (VMAS simple_spread)"] = timed_result([*peer, *peer_options(config)])
     else:
         results["TorchRL MAPPO (VMAS simple_spread)"] = {"not_run": "no --peer-python given"}
     for name, result in results.items():

@@ -119,9 +119,10 @@ def train_sb3(algo: str, total_steps: int) -> None:
     model.learn(total_timesteps=total_steps)
 
 
-def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """``(wall-clock s, CPU s)`` of ``command`` as a child process; CPU is user + system time,
-    which other jobs on a shared machine change less than they change the wall-clock."""
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[str, float, float]:
+    """``(stdout, wall-clock s, CPU s)`` of ``command`` as a child process (``RuntimeError`` with
+    its stderr's end if it fails); CPU is user + system time, which other jobs on a shared machine
+    change less than they change the wall-clock."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -130,7 +131,7 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return elapsed, cpu
+    return result.stdout, elapsed, cpu
 
 
 def contestants(
@@ -211,7 +212,7 @@ def main() -> None:
                     env["FUNRL_CACHE_DIR"] = str(cache_dir)
                     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
                     out = ["--out", str(Path(outs) / f"run-{i}")] if command[1] == "-m" else []
-                    round_times[name], round_cpu[name] = timed(command + out, env)
+                    _, round_times[name], round_cpu[name] = timed(command + out, env)
                     timing = Path(out[1]) / "timing.json" if out else None
                     split = ""
                     if timing is not None and timing.is_file():
