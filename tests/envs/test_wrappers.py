@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from funrl import random
+from funrl import control, random
 from funrl import tree as ftree
 from funrl.envs import wrappers as W
 from funrl.envs.core import Box, Environment, EnvParams, time_limit_reached
@@ -459,7 +459,7 @@ def test_compiled_stack_equals_eager() -> None:
     # compiled graph is not specialised on strides the later states do not have (a recompile).
     state = ftree.map(torch.Tensor.contiguous, state)
     step = torch.func.vmap(env.step)
-    compiled = torch.compile(step, fullgraph=True)
+    compiled = control.compile(step)
     eager_state = compiled_state = state
     for t in range(12):
         k = random.split(random.fold_in(random.key(2), t), n)
