@@ -18,7 +18,7 @@ import numpy as np
 import optree
 import torch
 
-from funrl import envs
+from funrl import control, envs
 from funrl import random as frandom
 from funrl import tree as ftree
 
@@ -236,7 +236,9 @@ def assert_compile_equals_eager(
 ) -> None:
     """Assert ``torch.compile(fn, fullgraph=True, backend=backend)(*args)`` equals ``fn(*args)``.
 
-    Each side gets its own copy of ``args``, so a function that writes its inputs in place is
+    ``backend="inductor"`` compiles through :func:`funrl.control.compile`, with the inductor options
+    funrl's own steps use: plain inductor inlines Threefry's rounds into every read of a
+    ``funrl.random`` draw, and its compile grows many times longer. Each side gets its own copy of ``args``, so a function that writes its inputs in place is
     compared fairly. A graph break is a failure (``fullgraph=True``): funrl's promise is one graph
     per step. ``backend="eager"`` or ``"aot_eager"`` check tracing only, without code generation.
 
@@ -244,7 +246,10 @@ def assert_compile_equals_eager(
         AssertionError: when compiling fails, or naming the first output leaf that differs.
     """
     expected = fn(*_clone_tensors(args))
-    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    if backend == "inductor":
+        compiled = control.compile(fn)
+    else:
+        compiled = torch.compile(fn, fullgraph=True, backend=backend)
     try:
         actual = compiled(*_clone_tensors(args))
     except Exception as err:  # a graph break or a compile error is the finding

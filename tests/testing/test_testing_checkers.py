@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import funrl.envs as E
-from funrl import losses
+from funrl import control, losses
 from funrl import random as frandom
 from funrl.envs.cartpole import CartPole
 from funrl.testing import (
@@ -189,6 +189,21 @@ def test_compile_equals_eager_reports_a_graph_break():
 
     with pytest.raises(AssertionError, match=r"torch.compile\(fn, fullgraph=True, backend='eager'\) failed"):
         assert_compile_equals_eager(branches_on_a_value, torch.ones(2), backend="eager")
+
+
+def test_compile_equals_eager_compiles_inductor_with_funrls_options(monkeypatch):
+    compiled_by_funrl = []
+
+    def spy(fn, **kwargs):  # records the call, then traces without code generation
+        compiled_by_funrl.append(fn)
+        return torch.compile(fn, fullgraph=True, backend="eager")
+
+    monkeypatch.setattr(control, "compile", spy)
+    draw = lambda key: frandom.uniform(key, (3,))  # noqa: E731
+    assert_compile_equals_eager(draw, frandom.key(0))
+    assert compiled_by_funrl == [draw]
+    assert_compile_equals_eager(draw, frandom.key(0), backend="aot_eager")
+    assert compiled_by_funrl == [draw]  # other backends are torch.compile's own
 
 
 # ---------------------------------------------------------------------------- assert_no_recompile
