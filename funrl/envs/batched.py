@@ -7,6 +7,11 @@ single-environment function over them, so ``batched.step(key, ...)[i]`` equals
 the same way (``step`` is their composition, as for one environment). Observations, states, rewards and
 flags gain a leading ``[num_envs]`` dimension; so must the actions.
 
+An environment that declares ``batch_polymorphic`` (its ``step_with`` broadcasts over a batch)
+gets its ``step_with`` called on the whole batch as it is, without ``torch.func.vmap``, unless
+params fields are batched: the same numbers, without vmap's per-op cost, which in eager mode was
+most of a small env's step.
+
 Domain randomisation: name the params fields that carry a leading ``[num_envs]`` dimension in
 ``batched_params`` (e.g. ``("gravity", "masspole")``); every other field is shared.
 """
@@ -39,6 +44,7 @@ class BatchedEnv:
         self.env = env
         self.num_envs = num_envs
         self.batched_params = tuple(batched_params)
+        self._step_on_batch = getattr(env, "batch_polymorphic", False) and not self.batched_params
         field_names = {f.name for f in dataclasses.fields(env.default_params)}
         unknown = sorted(set(self.batched_params) - field_names)
         if unknown:
@@ -117,6 +123,10 @@ class BatchedEnv:
     ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """``step`` given ``draw = draw_step(key, params)``."""
         self._check_batch(action)
+        if self._step_on_batch:
+            return self.env.step_with(
+                draw, state, action, self.env.default_params if params is None else params
+            )
         return self._map("step_with", params, draw, state, action)
 
     def step(

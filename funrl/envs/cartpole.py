@@ -82,6 +82,8 @@ def exceeds(value: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tenso
 class CartPole(Environment[CartPoleState, CartPoleParams]):
     """CartPole-v1: observation ``[x, x_dot, theta, theta_dot]`` float32, action Discrete(2)."""
 
+    batch_polymorphic = True
+
     @property
     def name(self) -> str:
         return "CartPole-v1"
@@ -97,7 +99,7 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
     def step_env(
         self, key: torch.Tensor, state: CartPoleState, action: torch.Tensor, params: CartPoleParams
     ) -> tuple[torch.Tensor, CartPoleState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        core.check_action_static(action, self.action_space(params))
+        core.check_action_static(action, self.action_space(params), batch_shape=state.time.shape)
         p = params
         force = torch.where(action == 1, p.force_mag, -p.force_mag)
         cos_theta = torch.cos(state.theta)

@@ -12,7 +12,9 @@ raises at the first broken promise of the interface (``funrl.envs.core``):
   keeps its structure, shapes and dtypes;
 - auto-reset: ``info["final_obs"]`` is ``step_env``'s observation, and where the episode ended the
   returned obs/state are ``reset_env``'s (with the keys ``step_keys`` assigns);
-- batching: ``vmap(step)(keys)[i] == step(keys[i])`` and the same for ``reset``.
+- batching: ``vmap(step)(keys)[i] == step(keys[i])`` and the same for ``reset``; where the env
+  declares ``batch_polymorphic``, ``step_with`` called on a batch equals ``vmap(step_with)`` over
+  steps that end and reset episodes.
 
 ``validate_action`` is the range check that compiled code cannot make: call it in eager code (or
 use it in a validating wrapper) to turn an out-of-range action into a clear ``ValueError``.
@@ -187,3 +189,28 @@ def check(env: Any, params: Any = None, seed: int = 0, num_steps: int = 300, che
             single = env.step(keys[i], ftree.index(states, i), actions[i], params)
             if not ftree.tree_equal(ftree.index(out, i), single):
                 raise ValueError("vmap(step)(keys)[i] differs from step(keys[i])")
+        if getattr(env, "batch_polymorphic", False):
+            _check_step_on_batch(env, params, keys, states, num_steps)
+
+
+def _check_step_on_batch(env: Any, params: Any, keys: torch.Tensor, states: Any, num_steps: int) -> None:
+    """``step_with`` on the batch as it is equals ``vmap(step_with)``, step after step."""
+    act_space = env.action_space(params)
+    vmapped = torch.func.vmap(env.step_with, in_dims=(0, 0, 0, None))
+    for t in range(num_steps):
+        step_keys = torch.stack([random.fold_in(k, t) for k in keys])
+        draws = torch.func.vmap(env.draw_step, in_dims=(0, None))(step_keys, params)
+        actions = torch.stack([act_space.sample(random.fold_in(k, 1)) for k in step_keys])
+        expected = vmapped(draws, states, actions, params)
+        try:
+            out = env.step_with(draws, states, actions, params)
+        except Exception as err:
+            raise ValueError(
+                f"step_with on a batch failed (the env declares batch_polymorphic): {err}"
+            ) from err
+        if not ftree.tree_equal(out, expected):
+            raise ValueError(
+                f"step {t}: step_with on a batch differs from vmap(step_with) "
+                "(the env declares batch_polymorphic)"
+            )
+        states = expected[1]

@@ -43,6 +43,8 @@ class ContinuousMountainCarParams(EnvParams):
 class ContinuousMountainCar(Environment[MountainCarState, ContinuousMountainCarParams]):
     """MountainCarContinuous-v0: observation ``[position, velocity]`` float32, action Box[1]."""
 
+    batch_polymorphic = True
+
     @property
     def name(self) -> str:
         return "MountainCarContinuous-v0"
@@ -62,9 +64,9 @@ class ContinuousMountainCar(Environment[MountainCarState, ContinuousMountainCarP
         action: torch.Tensor,
         params: ContinuousMountainCarParams,
     ) -> tuple[torch.Tensor, MountainCarState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        core.check_action_static(action, self.action_space(params))
+        core.check_action_static(action, self.action_space(params), batch_shape=state.time.shape)
         p = params
-        a = action[0].to(torch.float32)
+        a = action[..., 0].to(torch.float32)
         force = torch.clamp(a, p.min_action, p.max_action)
         new_state, terminated = drive(state, force * p.power, p)
         reward = torch.where(terminated, 100.0, 0.0) - a.square() * 0.1

@@ -174,6 +174,13 @@ class Environment(Generic[TState, TParams]):
     """Base class of pure environments. Subclasses define ``default_params``, ``reset_env``,
     ``step_env``, ``observation_space`` and ``action_space``; nothing here holds state."""
 
+    batch_polymorphic: bool = False
+    """True where ``step_with`` also takes a batch as it is: states, actions and draws with the
+    same leading dimensions (the batch shape is ``state.time``'s), every op broadcasting over them,
+    and a ``step_env`` that draws nothing from its key. ``funrl.envs.vmap`` then calls
+    ``step_with`` on the whole batch instead of through ``torch.func.vmap``: the same numbers
+    (tested for every env that sets it), without vmap's per-op cost in eager mode."""
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -287,9 +294,14 @@ def params_from_kwargs(params_cls: type, env_id: str, kwargs: dict[str, Any]) ->
     return params_cls(**kwargs)
 
 
-def check_action_static(action: Any, space: Space, name: str = "action") -> None:
+def check_action_static(
+    action: Any, space: Space, name: str = "action", batch_shape: tuple[int, ...] | torch.Size = ()
+) -> None:
     """Static checks of an action against ``space`` (type, dtype kind, shape): no host sync, so
-    they are free inside compiled code. Range checks need the values: ``funrl.envs.checker``."""
+    they are free inside compiled code. Range checks need the values: ``funrl.envs.checker``.
+
+    ``batch_shape`` is the leading shape of a batch stepped as it is (a batch-polymorphic env
+    passes its ``state.time.shape``, which is ``()`` for one env)."""
     if not isinstance(action, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(action).__name__}")
     if isinstance(space, Discrete):
@@ -298,11 +310,10 @@ def check_action_static(action: Any, space: Space, name: str = "action") -> None
     elif isinstance(space, Box) and space.dtype.is_floating_point:
         if not action.dtype.is_floating_point:
             raise TypeError(f"{name}: expected a floating tensor for {space}, got dtype {action.dtype}")
-    if tuple(action.shape) != tuple(space.shape):
-        raise ValueError(
-            f"{name}: expected shape {list(space.shape)} (one env; vmap for a batch), "
-            f"got {list(action.shape)}"
-        )
+    expected = (*batch_shape, *space.shape)
+    if tuple(action.shape) != expected:
+        which = "one env; vmap for a batch" if not batch_shape else f"a batch of shape {list(batch_shape)}"
+        raise ValueError(f"{name}: expected shape {list(expected)} ({which}), got {list(action.shape)}")
 
 
 def reset_uniform(

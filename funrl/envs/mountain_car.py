@@ -96,6 +96,8 @@ def reset_car(key: torch.Tensor, params: Any) -> tuple[torch.Tensor, MountainCar
 class MountainCar(Environment[MountainCarState, MountainCarParams]):
     """MountainCar-v0: observation ``[position, velocity]`` float32, action Discrete(3)."""
 
+    batch_polymorphic = True
+
     @property
     def name(self) -> str:
         return "MountainCar-v0"
@@ -111,7 +113,7 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
     def step_env(
         self, key: torch.Tensor, state: MountainCarState, action: torch.Tensor, params: MountainCarParams
     ) -> tuple[torch.Tensor, MountainCarState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        core.check_action_static(action, self.action_space(params))
+        core.check_action_static(action, self.action_space(params), batch_shape=state.time.shape)
         new_state, terminated = drive(state, (action - 1).to(torch.float32) * params.force, params)
         reward = torch.full_like(new_state.position, -1.0)
         truncated = core.time_limit_reached(new_state.time, params)

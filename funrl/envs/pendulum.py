@@ -49,6 +49,8 @@ class PendulumParams(EnvParams):
 class Pendulum(Environment[PendulumState, PendulumParams]):
     """Pendulum-v1: observation ``[cos theta, sin theta, theta_dot]`` float32, action Box[1]."""
 
+    batch_polymorphic = True
+
     @property
     def name(self) -> str:
         return "Pendulum-v1"
@@ -64,9 +66,9 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
     def step_env(
         self, key: torch.Tensor, state: PendulumState, action: torch.Tensor, params: PendulumParams
     ) -> tuple[torch.Tensor, PendulumState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        core.check_action_static(action, self.action_space(params))
+        core.check_action_static(action, self.action_space(params), batch_shape=state.time.shape)
         p = params
-        u = torch.clamp(action[0].to(torch.float32), -p.max_torque, p.max_torque)
+        u = torch.clamp(action[..., 0].to(torch.float32), -p.max_torque, p.max_torque)
         theta, theta_dot = state.theta, state.theta_dot
         costs = core.angle_normalize(theta).square() + 0.1 * theta_dot.square() + 0.001 * u.square()
         new_theta_dot = theta_dot + (3 * p.g / (2 * p.l) * torch.sin(theta) + 3.0 / (p.m * p.l**2) * u) * p.dt

@@ -76,6 +76,10 @@ class Wrapper(Environment):
     Params are the inner env's params: wrapper options are static constructor arguments.
     """
 
+    polymorphic_hooks: bool = False
+    """True where the hooks work per env and broadcast over leading batch dimensions (nothing is
+    computed across the batch): the wrapper is then batch-polymorphic wherever its env is."""
+
     def __init__(self, env: Environment) -> None:
         # Duck-typed so that batched views (``funrl.envs.vmap(env, n)``) can be wrapped too.
         missing = [name for name in _ENV_METHODS if not hasattr(env, name)]
@@ -88,6 +92,11 @@ class Wrapper(Environment):
     @property
     def name(self) -> str:
         return f"{type(self).__name__}({self.env.name})"
+
+    @property
+    def batch_polymorphic(self) -> bool:  # type: ignore[override]
+        """See ``Environment.batch_polymorphic``: the hooks' and the wrapped env's."""
+        return self.polymorphic_hooks and getattr(self.env, "batch_polymorphic", False)
 
     @property
     def unwrapped(self) -> Environment:
@@ -181,6 +190,8 @@ class EpisodeStatistics(Wrapper):
     (gymnax's ``LogWrapper`` fields, with gymnasium's meaning). The return sums the raw
     rewards of the wrapped env; put it inside reward-changing wrappers to log raw returns.
     """
+
+    polymorphic_hooks = True
 
     def _on_reset(self, obs: torch.Tensor, env_state: Any, params: Any) -> tuple[torch.Tensor, Any]:
         batch = _batch_shape(obs, self.env.observation_space(params).shape, "obs")
@@ -408,6 +419,8 @@ class NormalizeReward(Wrapper):
 class ScaleReward(Wrapper):
     """Rewards multiplied by a constant ``scale`` (stateless)."""
 
+    polymorphic_hooks = True
+
     def __init__(self, env: Environment, scale: float) -> None:
         super().__init__(env)
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
@@ -429,6 +442,8 @@ class ClipAction(Wrapper):
 
     The wrapper's own action space is unbounded, as gymnasium declares it.
     """
+
+    polymorphic_hooks = True
 
     def __init__(self, env: Environment) -> None:
         super().__init__(env)

@@ -128,6 +128,55 @@ def test_batched_view_keeps_nested_states_info_and_per_env_params():
     assert not torch.equal(shared[1].env_state.theta_dot, outputs["step_with"][1].env_state.theta_dot)
 
 
+POLYMORPHIC_IDS = [i for i in E.registry() if E.make(i)[0].batch_polymorphic]
+
+
+def test_the_classic_control_steps_are_batch_polymorphic():
+    assert {"CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0"} <= set(
+        POLYMORPHIC_IDS
+    )
+
+
+@pytest.mark.parametrize("env_id", POLYMORPHIC_IDS)
+def test_batched_view_steps_a_polymorphic_chain_on_the_batch_as_each_env_alone(env_id):
+    # The wrapper chain agents build; episodes end (a short limit) so the drawn resets are used.
+    env, params = E.make(env_id, max_episode_steps=7)
+    if isinstance(env.action_space(params), E.Box):
+        env = wrappers.ClipAction(env)
+    env = wrappers.EpisodeStatistics(env)
+    assert env.batch_polymorphic
+    num_envs = 3
+    batched = E.vmap(env, num_envs)
+    key = random.key(5)
+    obs, state = batched.reset(key, params)
+    for t in range(20):
+        step_key = random.fold_in(key, t)
+        draw = batched.draw_step(step_key, params)
+        action = torch.stack([env.action_space(params).sample(k) for k in random.split(step_key, num_envs)])
+        out = batched.step_with(draw, state, action, params)
+        for i in range(num_envs):
+            single = env.step_with(ftree.index(draw, i), ftree.index(state, i), action[i], params)
+            assert ftree.tree_equal(ftree.index(out, i), single), (t, i)
+        state = out[1]
+    assert bool(state.episode_length.lt(t).all())  # every env has reset on the way
+
+
+def test_a_wrapper_that_looks_across_its_calls_keeps_the_vmapped_step():
+    # NormalizeObservation's statistics are per env under vmap; on the batch they would mix envs.
+    env, params = E.make("Pendulum-v1")
+    normalised = wrappers.NormalizeObservation(env)
+    assert env.batch_polymorphic and not normalised.batch_polymorphic
+    batched = E.vmap(normalised, 2)
+    key = random.key(2)
+    _, state = batched.reset(key, params)
+    draw = batched.draw_step(random.fold_in(key, 1), params)
+    action = torch.tensor([[2.0], [-2.0]])
+    out = batched.step_with(draw, state, action, params)
+    for i in range(2):
+        single = normalised.step_with(ftree.index(draw, i), ftree.index(state, i), action[i], params)
+        assert ftree.tree_equal(ftree.index(out, i), single)
+
+
 def test_batched_view_rejects_bad_input():
     env, params = E.make("CartPole-v1")
     batched = E.vmap(env, 4)
@@ -136,6 +185,18 @@ def test_batched_view_rejects_bad_input():
         batched.step(random.key(1), state, torch.zeros(3, dtype=torch.int64), params)
     with pytest.raises(TypeError, match="action: expected an integer tensor"):
         batched.step(random.key(1), state, torch.zeros(4), params)
+    # A batch-polymorphic env stepped on the batch checks each env's action shape too.
+    pendulum, pendulum_params = E.make("Pendulum-v1")
+    pendulums = E.vmap(pendulum, 4)
+    _, pendulum_state = pendulums.reset(random.key(0), pendulum_params)
+    with pytest.raises(
+        ValueError, match=r"action: expected shape \[4, 1\] \(a batch of shape \[4\]\), got \[4\]"
+    ):
+        pendulums.step(random.key(1), pendulum_state, torch.zeros(4), pendulum_params)
+    with pytest.raises(
+        ValueError, match=r"action: expected shape \[1\] \(one env; vmap for a batch\), got \[\]"
+    ):
+        pendulum.step(random.key(1), ftree.index(pendulum_state, 0), torch.zeros(()), pendulum_params)
     with pytest.raises(ValueError, match="num_envs"):
         E.vmap(env, 0)
     with pytest.raises(ValueError, match="batched_params"):

@@ -103,6 +103,37 @@ class NoFinalObs(CartPole):
         return obs, state, reward, terminated, truncated, {}
 
 
+class StacksAlongTheBatch(CartPole):
+    """Declares a step that broadcasts over a batch, but stacks the observation along dim 0."""
+
+    batch_polymorphic = True
+
+    @staticmethod
+    def get_obs(state):
+        return torch.stack([state.x, state.x_dot, state.theta, state.theta_dot])
+
+
+class MixesTheBatch(CartPole):
+    """Declares a step that broadcasts over a batch, but one term mixes the envs of a batch."""
+
+    batch_polymorphic = True
+
+    @staticmethod
+    def get_obs(state):
+        obs = CartPole.get_obs(state)
+        return obs + (obs.mean() - obs.mean(dim=-1, keepdim=True))  # zero for one env
+
+
+class DrawsInABatchPolymorphicStep(CartPole):
+    """Declares a step that broadcasts over a batch, but its step_env draws from its key."""
+
+    batch_polymorphic = True
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = super().step_env(key, state, action, params)
+        return obs, state, reward + random.uniform(key), terminated, truncated, info
+
+
 @pytest.mark.parametrize(
     "broken, error, match",
     [
@@ -117,6 +148,9 @@ class NoFinalObs(CartPole):
         (WrongFinalObs, ValueError, r"info\['final_obs'\], reward or flags differ"),
         (HostSync, ValueError, r"vmap\(step\) failed"),
         (NoFinalObs, TypeError, r"info: expected a dict with 'final_obs'"),
+        (StacksAlongTheBatch, ValueError, r"step_with on a batch failed"),
+        (MixesTheBatch, ValueError, r"step_with on a batch differs from vmap\(step_with\)"),
+        (DrawsInABatchPolymorphicStep, ValueError, r"step_with on a batch failed"),
     ],
 )
 def test_planted_bugs_are_caught(broken, error, match):
