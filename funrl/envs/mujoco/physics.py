@@ -20,8 +20,11 @@ velocities and forces in its forward pass *before* integrating, so after a step 
 state one substep earlier; ``cfrc_ext`` comes from ``mj_rnePostConstraint`` after the last substep,
 as gymnasium's ``do_simulation`` calls it.
 
-``mujoco_step`` per environment: ``mj_setState``, the warm start, ``ctrl = controls``, ``frame_skip``
-calls of ``mj_step``, ``mj_rnePostConstraint`` when ``cfrc_ext`` is read, then copies out.
+``mujoco_step`` per environment: one ``mj_setState`` of the state, the warm start and the controls
+(one row of the three concatenated, in ``mj_setState``'s layout for those parts), ``frame_skip``
+calls of ``mj_step``, ``mj_rnePostConstraint`` when ``cfrc_ext`` is read, one ``mj_getState`` of
+the state and the warm start, then the derived fields. Few binding calls per environment matter
+for threads: the Python between MuJoCo's calls holds the GIL, and the workers queue on it.
 ``mujoco_forward`` is gymnasium's reset: ``mj_resetData`` (zero controls, warm start and forces),
 ``mj_setState``, ``mj_forward``.
 
@@ -59,6 +62,10 @@ __all__ = [
 ]
 
 FULLPHYSICS = mujoco.mjtState.mjSTATE_FULLPHYSICS
+# mj_setState/mj_getState lay the parts of a spec out in the order of their bits: the state
+# (time, qpos, qvel), then the warm start, then the controls.
+STEP_INPUT = FULLPHYSICS | mujoco.mjtState.mjSTATE_WARMSTART | mujoco.mjtState.mjSTATE_CTRL
+STEP_OUTPUT = FULLPHYSICS | mujoco.mjtState.mjSTATE_WARMSTART
 
 
 def asset_path(xml_file: str) -> str:
@@ -78,7 +85,6 @@ class Workspace:
     def __init__(self, model: mujoco.MjModel, fields: tuple[str, ...]) -> None:
         self.data = mujoco.MjData(model)
         self.warmstart = self.data.qacc_warmstart
-        self.ctrl = self.data.ctrl
         self.fields = tuple(getattr(self.data, name).reshape(-1) for name in fields)
 
     def gather(self, out: np.ndarray) -> None:
@@ -211,28 +217,26 @@ def _mujoco_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     entry = get_model(model_id)
     model = entry.model
-    states_np, warm_np, controls_np = _as_numpy(states), _as_numpy(warmstarts), _as_numpy(controls)
-    num_envs = states_np.shape[0]
-    next_states = np.empty_like(states_np)
-    next_warm = np.empty_like(warm_np)
+    inputs = _as_numpy(torch.cat([x.to(torch.float64) for x in (states, warmstarts, controls)], dim=1))
+    num_envs = inputs.shape[0]
+    outputs = np.empty((num_envs, entry.state_size + entry.nv))
     derived = np.empty((num_envs, entry.derived_size))
     post_constraint = "cfrc_ext" in entry.fields
 
     def work(ws: Workspace, lo: int, hi: int) -> None:
         data = ws.data
         for i in range(lo, hi):
-            mujoco.mj_setState(model, data, states_np[i], FULLPHYSICS)
-            ws.warmstart[:] = warm_np[i]
-            ws.ctrl[:] = controls_np[i]
+            mujoco.mj_setState(model, data, inputs[i], STEP_INPUT)
             mujoco.mj_step(model, data, frame_skip)
             if post_constraint:
                 mujoco.mj_rnePostConstraint(model, data)
-            mujoco.mj_getState(model, data, next_states[i], FULLPHYSICS)
-            next_warm[i] = ws.warmstart
+            mujoco.mj_getState(model, data, outputs[i], STEP_OUTPUT)
             ws.gather(derived[i])
 
     _run_chunks(entry, num_envs, work)
     device = states.device
+    next_states = np.ascontiguousarray(outputs[:, : entry.state_size])  # dense, as the fake op says
+    next_warm = np.ascontiguousarray(outputs[:, entry.state_size :])
     return (
         torch.from_numpy(next_states).to(device),
         torch.from_numpy(next_warm).to(device),
