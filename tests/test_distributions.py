@@ -336,3 +336,7 @@ def test_noise_drawn_apart_gives_the_samples_of_the_key():
     drawn = D.normal.sample_and_log_prob_from_noise(eps, loc, scale)
     assert all(torch.equal(a, b) for a, b in zip(drawn, D.normal.sample_and_log_prob(key, loc, scale), strict=True))
     assert torch.equal(D.normal.sample_from_noise(eps, loc, scale), drawn[0])
+    squashed = D.tanh_normal.sample_and_log_prob_from_noise(D.tanh_normal.noise(key, (5, 2)), loc, scale)
+    from_key = D.tanh_normal.sample_and_log_prob(key, loc, scale)
+    assert all(torch.equal(a, b) for a, b in zip(squashed, from_key, strict=True))
+    assert torch.equal(squashed[0], D.tanh_normal.sample(key, loc, scale))

@@ -318,15 +318,16 @@ def make_train(
             hparams=float32_tensors(SACHyperParams, values, device),
         )
 
-    def sample_my_rows(buffer_state: buffers.FlatState, keys: torch.Tensor) -> dict[str, torch.Tensor]:
-        """This rank's rows of a batch (leaves ``[len(my_rows), ...]``), drawn with their ``keys``.
+    def sample_my_rows(buffer_state: buffers.FlatState, key: torch.Tensor) -> dict[str, torch.Tensor]:
+        """This rank's rows of a batch drawn with ``key`` (leaves ``[len(my_rows), ...]``).
 
-        Row ``i`` draws a time slot of its environment ``e`` uniformly; that transition is row
+        Row ``i`` draws a time slot of its environment ``e`` uniformly (element ``i`` of one draw
+        for the whole batch, so it depends on ``key`` and ``i`` only); that transition is row
         ``slot * local_envs + e_local`` of this rank's buffer, as it is row ``slot * num_envs + e``
         in one process holding every environment.
         """
         filled = torch.clamp(buffer_state.count // local_envs, min=1, max=slots)
-        slot = torch.func.vmap(lambda k: random.randint(k, (), 0, filled))(keys)
+        slot = random.randint(key, (batch_size,), 0, filled)[my_rows.start : my_rows.stop]
         row = torch.arange(my_rows.start, my_rows.stop, device=slot.device)
         long_rows = rows_extra * (rows_each + 1)  # the rows of the environments with one more
         env = torch.where(
@@ -339,18 +340,14 @@ def make_train(
     tanh_normal = nets.distributions.tanh_normal
 
     def sample_rows(
-        actor: torch.nn.Module, actor_params: dict[str, torch.Tensor], obs: torch.Tensor, keys: torch.Tensor
+        actor: torch.nn.Module, actor_params: dict[str, torch.Tensor], obs: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(a, log π(a|s))`` of each row of ``obs`` (``[rows, A]``, ``[rows]``), row ``i`` drawn
-        with ``keys[i]`` as a batch of one would draw it, so a rank draws its rows of one
-        process's batch. Only the draw is vmapped over rows: the actor sees the whole batch."""
+        """``(a, log π(a|s))`` of this rank's rows ``obs`` (``[rows, A]``, ``[rows]``): the noise
+        of the whole batch is one draw with ``key``, of which the rank takes its rows, so a rank
+        draws its rows of one process's batch."""
         loc, scale = nets.apply(actor, actor_params, obs)
-
-        def one(key: torch.Tensor, row_loc: torch.Tensor, row_scale: torch.Tensor) -> Any:
-            return tanh_normal.sample_and_log_prob(key, row_loc.unsqueeze(0), row_scale.unsqueeze(0))
-
-        action, log_prob = torch.func.vmap(one)(keys, loc, scale)
-        return action.squeeze(1), log_prob.squeeze(1)
+        noise = tanh_normal.noise(key, (batch_size, setup.action_dim), loc.dtype)
+        return tanh_normal.sample_and_log_prob_from_noise(noise[my_rows.start : my_rows.stop], loc, scale)
 
     def critic_share(
         critic_params: dict[str, torch.Tensor],
@@ -361,8 +358,8 @@ def make_train(
         keys: torch.Tensor,
         gamma: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:func:`funrl.losses.sac_critic_objective` of this rank's rows with per-row keys
-        (:func:`sample_rows`), scaled to its share of the batch's mean loss."""
+        """:func:`funrl.losses.sac_critic_objective` of this rank's rows, its policy draw
+        :func:`sample_rows`, scaled to its share of the batch's mean loss."""
         loss, metrics = L.sac_critic_objective(
             critic_params, actor_params, target_critic, alpha, batch, keys,
             actor=actor, critic=critic, gamma=gamma, sample=sample_rows,
@@ -376,8 +373,8 @@ def make_train(
         batch: dict[str, torch.Tensor],
         keys: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:func:`funrl.losses.sac_actor_objective` of this rank's rows with per-row keys, as its
-        share of the batch's mean loss; ``metrics["log_prob"]`` feeds the temperature."""
+        """:func:`funrl.losses.sac_actor_objective` of this rank's rows (:func:`sample_rows`), as
+        its share of the batch's mean loss; ``metrics["log_prob"]`` feeds the temperature."""
         loss, metrics = L.sac_actor_objective(
             actor_params, critic_params, alpha, batch, keys, actor=actor, critic=critic, sample=sample_rows
         )
@@ -387,10 +384,6 @@ def make_train(
         """The temperature loss of this rank's rows, as its share of the batch's mean."""
         loss, metrics = L.sac_temperature_loss(log_alpha, log_prob, target_entropy)
         return loss * share, metrics
-
-    def row_keys(key: torch.Tensor) -> torch.Tensor:
-        """This rank's rows of ``split(key, batch_size)``: a key for each batch row."""
-        return random.split(key, batch_size)[my_rows.start : my_rows.stop]
 
     critic_grad = torch.func.grad_and_value(critic_share, has_aux=True)
     actor_grad = torch.func.grad_and_value(actor_share, has_aux=True)
@@ -420,10 +413,10 @@ def make_train(
         def gradient_step(carry, step_key):
             params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
             key_sample, key_critic, key_actor = random.split(step_key, 3)
-            batch = sample_my_rows(buffer_state, row_keys(key_sample))
+            batch = sample_my_rows(buffer_state, key_sample)
             alpha = log_alpha.exp().detach()
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
-                params["critic"], params["actor"], target_critic, alpha, batch, row_keys(key_critic), hp.gamma
+                params["critic"], params["actor"], target_critic, alpha, batch, key_critic, hp.gamma
             )
             # Each rank's shares of the batch means; their sum is the mean over the whole batch.
             critic_grads, critic_loss, q_mean = dp.sum_tree(
@@ -432,7 +425,7 @@ def make_train(
             updates, new_critic_opt = critic_tx.update(critic_grads, critic_opt, params["critic"])
             new_critic = optim.apply_updates(params["critic"], updates)
             actor_grads, (actor_loss, actor_metrics) = actor_grad(
-                params["actor"], new_critic, alpha, batch, row_keys(key_actor)
+                params["actor"], new_critic, alpha, batch, key_actor
             )
             actor_grads, actor_loss, entropy = dp.sum_tree(
                 (actor_grads, actor_loss, actor_metrics["entropy"] * share)

@@ -284,6 +284,9 @@ class TanhNormal:
     0.01 to 50 (tested).
     """
 
+    noise = staticmethod(Normal.noise)
+    """The standard normal ``eps`` a sample is made of (see :meth:`sample_and_log_prob_from_noise`)."""
+
     @staticmethod
     def sample(key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """``tanh(loc + scale * eps)``: ``[..., D]`` in ``[-1, 1]``, reparameterised."""
@@ -315,8 +318,19 @@ class TanhNormal:
         key: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(tanh(u), log_prob)``, the log-Jacobian taken at the pre-tanh ``u`` (stable at saturation)."""
-        u, gaussian_log_prob = Normal.sample_and_log_prob(key, loc, scale)
-        return torch.tanh(u), gaussian_log_prob - _log_abs_det_tanh(u).sum(-1)
+        return _squash(*Normal.sample_and_log_prob(key, loc, scale))
+
+    @staticmethod
+    def sample_and_log_prob_from_noise(
+        noise: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample_and_log_prob` given the standard normal ``noise`` (of ``loc``'s shape)."""
+        return _squash(*Normal.sample_and_log_prob_from_noise(noise, loc, scale))
+
+
+def _squash(u: torch.Tensor, gaussian_log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tanh(u), log_prob)`` from a Gaussian sample ``u`` and its log-density."""
+    return torch.tanh(u), gaussian_log_prob - _log_abs_det_tanh(u).sum(-1)
 
 
 class Deterministic:

@@ -121,8 +121,8 @@ def test_sac_objectives_equal_their_tensor_level_composition():
 
 
 def test_sac_objectives_draw_through_the_given_sampler():
-    """``sample`` replaces the one-key draw: a sampler drawing each row with its own key (as
-    data-parallel SAC does) gives the losses of the composition with those rows' draws."""
+    """``sample`` replaces the one-key draw: a sampler drawing each row with its own key gives
+    the losses of the composition with those rows' draws."""
     n, b = networks(), replay_batch(1)
     keys = random.split(random.key(5), b["obs"].shape[0])
     dist = nets.distributions.tanh_normal
