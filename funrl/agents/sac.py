@@ -251,8 +251,8 @@ def make_train(
             (:func:`funrl.distributed.data_parallel`; default: one process). Each rank steps its
             block of the ``config.num_envs`` environments with the keys one process would give
             them and keeps their transitions in its own replay buffer (``buffer_size`` divided
-            over the ranks); each gradient step, it draws its environments' shares of the batch
-            with the keys one process would draw them with, and the gradients of the critics,
+            over the ranks); each gradient step, it takes its environments' shares of the draws
+            one process would make for the batch, and the gradients of the critics,
             the actor and the temperature (with the loss metrics) are averaged over the ranks by
             one all-reduce each inside the compiled update. So every rank holds the same params,
             those of one process with all the environments (up to float rounding of the sums).
@@ -355,13 +355,13 @@ def make_train(
         target_critic: dict[str, torch.Tensor],
         alpha: torch.Tensor,
         batch: dict[str, torch.Tensor],
-        keys: torch.Tensor,
+        key: torch.Tensor,
         gamma: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:func:`funrl.losses.sac_critic_objective` of this rank's rows, its policy draw
         :func:`sample_rows`, scaled to its share of the batch's mean loss."""
         loss, metrics = L.sac_critic_objective(
-            critic_params, actor_params, target_critic, alpha, batch, keys,
+            critic_params, actor_params, target_critic, alpha, batch, key,
             actor=actor, critic=critic, gamma=gamma, sample=sample_rows,
         )  # fmt: skip
         return loss * share, metrics
@@ -371,12 +371,12 @@ def make_train(
         critic_params: dict[str, torch.Tensor],
         alpha: torch.Tensor,
         batch: dict[str, torch.Tensor],
-        keys: torch.Tensor,
+        key: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:func:`funrl.losses.sac_actor_objective` of this rank's rows (:func:`sample_rows`), as
         its share of the batch's mean loss; ``metrics["log_prob"]`` feeds the temperature."""
         loss, metrics = L.sac_actor_objective(
-            actor_params, critic_params, alpha, batch, keys, actor=actor, critic=critic, sample=sample_rows
+            actor_params, critic_params, alpha, batch, key, actor=actor, critic=critic, sample=sample_rows
         )
         return loss * share, metrics
 

@@ -124,9 +124,7 @@ class BatchedEnv:
         """``step`` given ``draw = draw_step(key, params)``."""
         self._check_batch(action)
         if self._step_on_batch:
-            return self.env.step_with(
-                draw, state, action, self.env.default_params if params is None else params
-            )
+            return self.env.step_with(draw, state, action, params)
         return self._map("step_with", params, draw, state, action)
 
     def step(
