@@ -39,7 +39,6 @@ def worker(args: argparse.Namespace) -> None:
     from funrl import distributed, random
     from funrl.agents import common, ppo
 
-    distributed.init(args.device)
     torch.set_num_threads(1)
     rank, world = distributed.rank(), distributed.world_size()
     config = ppo.PPOConfig(num_envs=args.num_envs, total_steps=10**9)
@@ -160,7 +159,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=("seeds", "dp"), default="seeds", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args)
+        from funrl import distributed
+
+        with distributed.process_group(args.device):
+            worker(args)
         return
     rows = {(mode, p): launch(p, mode, args) for mode in args.runs for p in args.procs}
     mode = "eager" if args.no_compile else "compiled"

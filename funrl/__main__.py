@@ -154,7 +154,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from funrl import control
+    from funrl import control, distributed
     from funrl.agents import run
 
     algo, config = config_from_args(args)
@@ -167,28 +167,28 @@ def _train(args: argparse.Namespace) -> int:
     threads = torch.get_num_threads()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    try:
-        run.train_run(
-            algo,
-            config,
-            out,
-            seed=args.seed,
-            num_seeds=args.seeds,
-            device=args.device,
-            compile=not args.no_compile,
-            resume=args.resume,
-            checkpoint_every=args.checkpoint_every,
-            progress=not args.no_progress,
-            data_parallel=args.data_parallel,
-            dist_timeout_s=args.dist_timeout,
-            sweep=sweep_from_args(args),
-        )
-    finally:
-        torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
-    from funrl import distributed
-
-    if distributed.is_first():
-        print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
+    # The CLI owns the process group (train_run then finds it up) so that rank 0 alone reports.
+    with distributed.process_group(args.device, args.dist_timeout):
+        try:
+            run.train_run(
+                algo,
+                config,
+                out,
+                seed=args.seed,
+                num_seeds=args.seeds,
+                device=args.device,
+                compile=not args.no_compile,
+                resume=args.resume,
+                checkpoint_every=args.checkpoint_every,
+                progress=not args.no_progress,
+                data_parallel=args.data_parallel,
+                dist_timeout_s=args.dist_timeout,
+                sweep=sweep_from_args(args),
+            )
+        finally:
+            torch.set_num_threads(threads)  # main() may run inside a longer-lived process (a notebook, tests)
+        if distributed.is_first():
+            print(f"funrl: trained in {time.perf_counter() - t0:.1f} s; run folder {out}")
     return 0
 
 

@@ -70,6 +70,7 @@ __all__ = [
     "launched",
     "lost_rank_message",
     "pool_moments",
+    "process_group",
     "rank",
     "shard",
     "shard_envs",
@@ -111,6 +112,23 @@ def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
     return True
+
+
+@contextlib.contextmanager
+def process_group(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[bool]:
+    """:func:`init` for the ``with`` block; True inside if a process group is up.
+
+    A group this call made is destroyed when the block ends normally, after a barrier (every rank
+    has finished its collectives): left to the interpreter's exit, gloo's worker threads can
+    outlive it and abort the process (SIGABRT) after a successful run. A block left by an
+    exception keeps the group, since a rank may still wait in a collective with it, and the
+    process is ending anyway. A group made before the block (a caller's own) is left alone.
+    """
+    made = not _group_up() and init(device, timeout_s)
+    yield _group_up()
+    if made:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def rank() -> int:

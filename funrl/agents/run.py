@@ -428,7 +428,8 @@ def train_run(
     ranks (an agent whose ``make_train`` takes ``data_parallel``); its checkpoint holds every
     rank's state (their environments differ), so it resumes on the same number of ranks. Each
     rank returns its own share: its seeds' states and metrics. Outside torchrun both are the
-    single-process run. ``dist_timeout_s``: how long a collective waits for a live rank.
+    single-process run. ``dist_timeout_s``: how long a collective waits for a live rank. A process
+    group it starts (:func:`funrl.distributed.process_group`) ends when it returns.
 
     A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
     resumed: the checkpoint holds only a version handle of the host env (``HostState``), while
@@ -437,117 +438,117 @@ def train_run(
     from the run key at reset, so the same seed retrains it identically.
     """
     out = Path(out)
-    distributed.init(device, dist_timeout_s)
-    # Rank 0 reads and writes the run folder (other nodes may not see it); every rank then raises
-    # the same one-line error, or builds the agent of the same (algo, config, meta).
-    setup: Any = None
-    agent = None  # the agent _start_run built to check a new run, reused by a single process
-    if distributed.is_first():
-        try:
-            *setup, agent = _start_run(
-                out, algo, config, seed, num_seeds, device, compile, resume, data_parallel, sweep
-            )
-        except (ValueError, TypeError) as exc:
-            setup = exc
-    setup = distributed.broadcast_from_first(setup)
-    if isinstance(setup, BaseException):
-        raise setup
-    algo, config, meta = setup
-    seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta["device"]
-    dp = distributed.data_parallel() if data_parallel else None
-    if agent is None or distributed.world_size() > 1:
-        agent = build_agent(algo, config, device, dp)
-    members = _members(meta)
-    layout = _Layout(len(members), dp)
-    keys, hparams = _member_keys_and_hparams(config, meta)
-    if keys.dim() == 2:
-        keys = keys[layout.block.start : layout.block.stop]
-        if hparams is not None:
-            hparams = {k: v[layout.block.start : layout.block.stop] for k, v in hparams.items()}
-    state, run_key = common.init_state(agent, keys, hparams)
-    done = 0
-    header = None
-    if resume:
-        loaded = None
+    with distributed.process_group(device, dist_timeout_s):
+        # Rank 0 reads and writes the run folder (other nodes may not see it); every rank then raises
+        # the same one-line error, or builds the agent of the same (algo, config, meta).
+        setup: Any = None
+        agent = None  # the agent _start_run built to check a new run, reused by a single process
         if distributed.is_first():
-            template = layout.whole_template((state, run_key))
-            loaded = load_checkpoint(out / CHECKPOINT, template, "cpu")
-            header = _truncate_metrics(out, int(loaded[1]["update"]))
-        (whole, ckpt_meta) = distributed.broadcast_from_first(loaded)
-        state, run_key = ftree.map(lambda x: x.to(agent.device), layout.mine(whole))
-        done = int(ckpt_meta["update"])
-    total = agent.num_updates if stop_after is None else min(stop_after, agent.num_updates)
-    remaining = max(total - done, 0)
-    bar = None
-    if progress and distributed.is_first():
-        from tqdm import tqdm
+            try:
+                *setup, agent = _start_run(
+                    out, algo, config, seed, num_seeds, device, compile, resume, data_parallel, sweep
+                )
+            except (ValueError, TypeError) as exc:
+                setup = exc
+        setup = distributed.broadcast_from_first(setup)
+        if isinstance(setup, BaseException):
+            raise setup
+        algo, config, meta = setup
+        seed, num_seeds, device = meta["seed"], meta["num_seeds"], meta["device"]
+        dp = distributed.data_parallel() if data_parallel else None
+        if agent is None or distributed.world_size() > 1:
+            agent = build_agent(algo, config, device, dp)
+        members = _members(meta)
+        layout = _Layout(len(members), dp)
+        keys, hparams = _member_keys_and_hparams(config, meta)
+        if keys.dim() == 2:
+            keys = keys[layout.block.start : layout.block.stop]
+            if hparams is not None:
+                hparams = {k: v[layout.block.start : layout.block.stop] for k, v in hparams.items()}
+        state, run_key = common.init_state(agent, keys, hparams)
+        done = 0
+        header = None
+        if resume:
+            loaded = None
+            if distributed.is_first():
+                template = layout.whole_template((state, run_key))
+                loaded = load_checkpoint(out / CHECKPOINT, template, "cpu")
+                header = _truncate_metrics(out, int(loaded[1]["update"]))
+            (whole, ckpt_meta) = distributed.broadcast_from_first(loaded)
+            state, run_key = ftree.map(lambda x: x.to(agent.device), layout.mine(whole))
+            done = int(ckpt_meta["update"])
+        total = agent.num_updates if stop_after is None else min(stop_after, agent.num_updates)
+        remaining = max(total - done, 0)
+        bar = None
+        if progress and distributed.is_first():
+            from tqdm import tqdm
 
-        ranks = f" on {layout.world_size} ranks" if layout.world_size > 1 else ""
-        points = f" x{len(members) // num_seeds} points" if meta.get("sweep") else ""
-        bar = tqdm(
-            total=agent.num_updates * agent.steps_per_update,
-            initial=done * agent.steps_per_update,
-            unit="step",
-            unit_scale=True,
-            dynamic_ncols=True,
-            desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}{points}{ranks}",
-        )
-    last_saved = [done]
-    header_box = [header]
+            ranks = f" on {layout.world_size} ranks" if layout.world_size > 1 else ""
+            points = f" x{len(members) // num_seeds} points" if meta.get("sweep") else ""
+            bar = tqdm(
+                total=agent.num_updates * agent.steps_per_update,
+                initial=done * agent.steps_per_update,
+                unit="step",
+                unit_scale=True,
+                dynamic_ncols=True,
+                desc=f"{algo} {getattr(config, 'env_id', '')} x{num_seeds}{points}{ranks}",
+            )
+        last_saved = [done]
+        header_box = [header]
 
-    def on_log(update: int, state_and_key: Any, local_host: dict[str, torch.Tensor]) -> None:
-        host = layout.metrics(distributed.gather_to_first(local_host))
-        save = update - last_saved[0] >= checkpoint_every or update == total
-        whole = layout.whole(distributed.gather_to_first(state_and_key)) if save else None
-        last_saved[0] = update if save else last_saved[0]
-        if host is None:  # not rank 0: it only contributed its share
-            return
-        rows = _rows(host, update, agent.steps_per_update, members)
-        if header_box[0] is None:
-            header_box[0] = list(rows[0].keys())
-            _write_metrics(out, rows, header_box[0], append=False)
-        else:
-            _write_metrics(out, rows, header_box[0], append=True)
-        if bar is not None:
-            count = next(iter(host.values())).shape[0]
-            bar.update(count * agent.steps_per_update)
-            ret = host.get("episode_return")
-            if ret is not None:
-                finite = ret[torch.isfinite(ret)]
-                if finite.numel():
-                    bar.set_postfix(ret=f"{float(finite.mean()):.1f}")
-        if save:
-            save_checkpoint(out / CHECKPOINT, whole, {"update": update, "algo": algo})
+        def on_log(update: int, state_and_key: Any, local_host: dict[str, torch.Tensor]) -> None:
+            host = layout.metrics(distributed.gather_to_first(local_host))
+            save = update - last_saved[0] >= checkpoint_every or update == total
+            whole = layout.whole(distributed.gather_to_first(state_and_key)) if save else None
+            last_saved[0] = update if save else last_saved[0]
+            if host is None:  # not rank 0: it only contributed its share
+                return
+            rows = _rows(host, update, agent.steps_per_update, members)
+            if header_box[0] is None:
+                header_box[0] = list(rows[0].keys())
+                _write_metrics(out, rows, header_box[0], append=False)
+            else:
+                _write_metrics(out, rows, header_box[0], append=True)
+            if bar is not None:
+                count = next(iter(host.values())).shape[0]
+                bar.update(count * agent.steps_per_update)
+                ret = host.get("episode_return")
+                if ret is not None:
+                    finite = ret[torch.isfinite(ret)]
+                    if finite.numel():
+                        bar.set_postfix(ret=f"{float(finite.mean()):.1f}")
+            if save:
+                save_checkpoint(out / CHECKPOINT, whole, {"update": update, "algo": algo})
 
-    def train_for(updates: int, state: Any) -> tuple[Any, dict[str, torch.Tensor]]:
-        return common.train(
-            agent,
-            keys,
-            compile=compile,
-            state=state,
-            run_key=run_key,
-            num_updates=updates,
-            callback=on_log,
-            log_every=log_every,
-        )
+        def train_for(updates: int, state: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+            return common.train(
+                agent,
+                keys,
+                compile=compile,
+                state=state,
+                run_key=run_key,
+                num_updates=updates,
+                callback=on_log,
+                log_every=log_every,
+            )
 
-    # The first update runs alone: its call holds the compile, timed apart from training.
-    t0 = time.perf_counter()
-    try:
-        with distributed.stop_on_sigterm():
-            with _compiling_note(bar if compile else None):
-                state, first = train_for(min(1, remaining), state)
-            t1 = time.perf_counter()
-            state, rest = train_for(remaining - min(1, remaining), state)
-    finally:
-        if bar is not None:
-            bar.close()
-    if distributed.is_first():
-        timing = {"first_update_s": t1 - t0, "train_s": time.perf_counter() - t1, "updates": remaining}
-        atomic_write_bytes(out / TIMING, lambda f: f.write(json.dumps(timing, indent=2).encode()))
-        plot_learning_curve(out)
-    metrics = {k: torch.cat([first[k], rest[k]]) for k in first} if first and rest else first or rest
-    return state, metrics
+        # The first update runs alone: its call holds the compile, timed apart from training.
+        t0 = time.perf_counter()
+        try:
+            with distributed.stop_on_sigterm():
+                with _compiling_note(bar if compile else None):
+                    state, first = train_for(min(1, remaining), state)
+                t1 = time.perf_counter()
+                state, rest = train_for(remaining - min(1, remaining), state)
+        finally:
+            if bar is not None:
+                bar.close()
+        if distributed.is_first():
+            timing = {"first_update_s": t1 - t0, "train_s": time.perf_counter() - t1, "updates": remaining}
+            atomic_write_bytes(out / TIMING, lambda f: f.write(json.dumps(timing, indent=2).encode()))
+            plot_learning_curve(out)
+        metrics = {k: torch.cat([first[k], rest[k]]) for k in first} if first and rest else first or rest
+        return state, metrics
 
 
 def _start_run(

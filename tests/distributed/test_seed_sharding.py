@@ -63,6 +63,26 @@ def test_without_a_process_group_every_helper_is_the_single_process() -> None:
     assert dp == distributed.DataParallel() and dp.all_reduce_sum(x["a"]) is x["a"]
 
 
+def group_lifetimes() -> list[bool]:
+    """In a rank: whether a group is up inside ``process_group``, after it, after one left by an
+    exception, and inside and after one entered with the caller's group up."""
+    seen = []
+    with distributed.process_group() as up:
+        seen += [up, torch.distributed.is_initialized()]
+    seen.append(torch.distributed.is_initialized())
+    with pytest.raises(KeyError), distributed.process_group():
+        raise KeyError("a failed run")
+    seen.append(torch.distributed.is_initialized())  # kept: a peer may wait in a collective
+    with distributed.process_group() as up:
+        seen.append(up)
+    seen.append(torch.distributed.is_initialized())
+    return seen
+
+
+def test_process_group_destroys_the_group_it_made_and_only_that() -> None:
+    assert run_ranks(group_lifetimes) == [[True, True, False, True, True, True]] * 2
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("one") / "run"
