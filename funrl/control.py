@@ -25,12 +25,25 @@ Each is listed here with the reason it is needed. Tested with torch 2.13.0.
   its value joins the cache key and names funrl's version and the CPU vector instruction set
   the kernels are generated for, so a cached graph is never served to another funrl or another
   instruction set (torch's version, the graph and every other option are in the key already).
+
+:func:`compile` with ``saved_as`` keeps a whole compiled function on disk through torch's public
+but experimental ahead-of-time API (``torch.compile(...).aot_compile``,
+``torch.compiler.load_compiled_function``, ``torch.compiler.keep_portable_guards_unsafe``): a later
+process loads it without dynamo tracing the function again, which is most of what a warm start
+costs. The saved function keeps only guards on its arguments' tensor metadata and global state, so
+its file name carries everything else the graph depends on (``saved_as``, the arguments'
+metadata, the versions of Python, torch and funrl, the instruction set and the options), and a
+loaded function whose traced source has changed since it was saved is compiled again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,9 +128,19 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     mode: str | None = None,
     options: dict[str, Any] | None = None,
     device: str | torch.device = "cpu",
+    saved_as: str | None = None,
+    saved_refs: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """``torch.compile`` with :data:`INDUCTOR_OPTIONS` (use it for code that draws random numbers),
     whose graphs, loops included, torch's on-disk caches store and serve to later processes.
+
+    ``saved_as`` (with ``fullgraph=True, dynamic=False``) also keeps the whole compiled function
+    in ``cache_dir()/compiled``, one file per ``saved_as`` and metadata of the arguments, which a
+    later process loads instead of tracing ``fn`` again (module docstring). ``saved_as`` must name
+    everything ``fn``'s graph depends on besides its arguments and its source code (both checked):
+    the values ``fn`` closes over. Objects in ``saved_refs`` (by name) are not saved with it: a
+    loading process gives its own, equivalent wherever ``saved_as`` is equal (an agent, whose
+    networks torch cannot save). The first call with new argument metadata compiles or loads.
 
     ``device`` is where the compiled code runs (it picks the cache key's instruction set).
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch
@@ -134,9 +157,108 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
         merged["triton.cudagraphs"] = True
         mode = None
     common = {"fullgraph": fullgraph, "dynamic": dynamic, "isolate_recompiles": True}
+    if saved_as is not None:
+        if not fullgraph or dynamic is not False or mode is not None:
+            raise ValueError(
+                "saved_as: a saved function is one static full graph (fullgraph=True, dynamic=False, "
+                f"mode None or 'reduce-overhead'), got fullgraph={fullgraph}, dynamic={dynamic}, mode={mode!r}"
+            )
+        tag = repr((sorted((k, repr(v)) for k, v in merged.items()), str(torch.device(device))))
+        merged["guard_filter_fn"] = torch.compiler.keep_portable_guards_unsafe
+        compiled = torch.compile(fn, options=merged, **common)
+        return _SavedFunction(compiled, f"{saved_as}|{tag}", dict(saved_refs or {}))
     if mode is not None:
         return torch.compile(fn, mode=mode, **common)
     return torch.compile(fn, options=merged, **common)
+
+
+_SAVED_FORMAT = 1
+"""Part of every saved function's file name: a change of what the name covers bumps it."""
+
+
+def _leaf_signature(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.stride(), str(x.dtype), str(x.device), x.requires_grad)
+    return (type(x).__qualname__, repr(x))
+
+
+def _sources_unchanged(entry: Any) -> bool:
+    """Whether every module the saved ``entry`` traced still has the source it had then."""
+    for module_name, content in {s.module: s.content for s in entry.source_info().inlined_sources}.items():
+        try:
+            if inspect.getsource(importlib.import_module(module_name)) != content:
+                return False
+        except (ImportError, OSError, TypeError):
+            return False
+    return True
+
+
+class _SavedFunction:
+    """A compiled function kept on disk per argument metadata (:func:`compile`'s ``saved_as``).
+
+    Each entry is torch's ahead-of-time compiled function; a call checks the last entry's guards
+    (tensor metadata and global state) and, where they fail, finds or makes the entry for the new
+    arguments: in this process, else on disk, else by compiling and saving it (atomically).
+    """
+
+    def __init__(self, compiled: Callable[..., Any], name: str, refs: dict[str, Any]) -> None:
+        self._compiled = compiled
+        self._name = name
+        self._refs = refs
+        self._entries: dict[str, Any] = {}
+        self._last: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        entry = self._last
+        if entry is None or not entry.guard_check(*args):
+            entry = self._last = self._entry(args)
+        return entry(*args)
+
+    def _entry(self, args: tuple[Any, ...]) -> Any:
+        import funrl
+
+        leaves, spec = torch_pytree.tree_flatten(args)
+        signature = repr((str(spec), [_leaf_signature(x) for x in leaves], torch.is_grad_enabled()))
+        entry = self._entries.get(signature)
+        if entry is None:
+            key = repr(
+                (_SAVED_FORMAT, self._name, signature, funrl.__version__, torch.__version__, sys.version)
+            )
+            path = cache_dir() / "compiled" / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.bin"
+            entry = _load_saved(path, self._refs)
+            if entry is None:
+                entry = self._compiled.aot_compile((args, {}))
+                _save(entry, path, self._refs)
+            entry.disable_guard_check()  # __call__ checks them once
+            self._entries[signature] = entry
+        if not entry.guard_check(*args):
+            raise RuntimeError(
+                f"saved_as: the compiled function's guards refuse these arguments ({self._name})"
+            )
+        return entry
+
+
+def _load_saved(path: Path, refs: dict[str, Any]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        with path.open("rb") as f:
+            entry = torch.compiler.load_compiled_function(f, external_data=refs)
+    except Exception:  # written by another torch or funrl, or damaged: compiled again
+        return None
+    return entry if _sources_unchanged(entry) else None
+
+
+def _save(entry: Any, path: Path, refs: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry.save_compiled_function(str(path), external_data=refs)  # a temporary file renamed into place
+    except Exception as exc:  # e.g. a closure torch cannot pickle: this process keeps it in memory
+        warnings.warn(
+            f"funrl: the compiled function could not be saved for later processes ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); a new process compiles it again",
+            stacklevel=3,
+        )
 
 
 def register_pytree_node(

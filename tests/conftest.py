@@ -18,6 +18,11 @@ os.environ.setdefault(
     "TORCHINDUCTOR_CACHE_DIR",
     os.path.join(tempfile.gettempdir(), f"funrl-inductor-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
 )
+# funrl's saved steps (funrl.control.compile's saved_as) next to it, not in the user's cache.
+os.environ.setdefault(
+    "FUNRL_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"funrl-cache-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
+)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -91,3 +91,75 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "xdg" / "funrl" / "inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch-own"))
     assert control.use_persistent_cache() == tmp_path / "torch-own"
+
+
+# A saved function (control.compile's saved_as) in a module of its own, so that its source can
+# change between processes. Run as `python -c SAVED_SCRIPT FOLDER [VERSION]`: loads or compiles
+# `step.f` saved as "step", and reports whether dynamo traced it and whether it gave eager's result.
+STEP_MODULE = """
+import torch
+
+SCALE = {scale}
+
+
+def f(x):
+    return torch.tanh(x * SCALE) + x.sum()
+"""
+SAVED_SCRIPT = """
+import json, sys
+import torch
+import funrl
+from funrl import control
+from torch._dynamo.utils import counters
+
+sys.path.insert(0, sys.argv[1])
+import step
+
+if len(sys.argv) > 2:
+    funrl.__version__ = sys.argv[2]
+x = torch.linspace(-1, 1, 12).reshape(3, 4)
+compiled = control.compile(step.f, dynamic=False, saved_as="step")(x)
+print(json.dumps({
+    "traced": counters["stats"]["unique_graphs"],
+    "equal": bool(torch.allclose(compiled, step.f(x), atol=1e-6)),
+}))
+"""
+TRACED, LOADED = {"traced": 1, "equal": True}, {"traced": 0, "equal": True}
+
+
+def run_saved(folder: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    full_env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+        "FUNRL_CACHE_DIR": str(folder / "funrl"),
+        **(env or {}),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SAVED_SCRIPT, str(folder), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_saved_function_loads_untraced_and_never_where_it_would_be_wrong(tmp_path: Path) -> None:
+    (tmp_path / "step.py").write_text(STEP_MODULE.format(scale=0.5))
+    assert run_saved(tmp_path) == TRACED
+    assert len(list((tmp_path / "funrl" / "compiled").iterdir())) == 1
+    assert run_saved(tmp_path) == LOADED
+    assert run_saved(tmp_path, "0.0.0-other") == TRACED  # another funrl
+    assert run_saved(tmp_path, env={"ATEN_CPU_CAPABILITY": "default"}) == TRACED  # another instruction set
+    # The same name with another source: the saved graph would compute the old scale.
+    (tmp_path / "step.py").write_text(STEP_MODULE.format(scale=0.25))
+    assert run_saved(tmp_path) == TRACED
+    assert run_saved(tmp_path) == LOADED
+
+
+def test_saved_as_needs_one_static_full_graph() -> None:
+    with pytest.raises(ValueError, match="saved_as: a saved function is one static full graph"):
+        control.compile(abs, dynamic=None, saved_as="f")
+    with pytest.raises(ValueError, match="saved_as: .* mode='max-autotune'"):
+        control.compile(abs, dynamic=False, mode="max-autotune", saved_as="f")

@@ -166,7 +166,23 @@ def static_key(
         for field in dataclasses.fields(config)
         if field.name not in blanked
     )
-    return (name, type(config), fields, torch.device(device), None if env is None else id(env))
+    return (name, type(config), fields, torch.device(device), None if env is None else _Identity(id(env)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Identity:
+    """An object in a static key by identity: it names a graph in this process only, so a step
+    keyed by it is never saved for another process (:func:`make_step`)."""
+
+    id: int
+
+
+def _plain(part: Any) -> bool:
+    """Whether ``part`` of a static key means the same in every process: built of None, bools,
+    numbers, strings, devices and classes, in tuples, lists and frozensets."""
+    if part is None or isinstance(part, (bool, int, float, str, torch.device, type)):
+        return True
+    return isinstance(part, (tuple, list, frozenset)) and all(_plain(p) for p in part)
 
 
 def float32_tensors(hparams_type: type, values: dict[str, Any], device: torch.device) -> Any:
@@ -375,8 +391,23 @@ def make_step(agent: Agent, batched: bool, compile: bool, mode: str | None = Non
     cache_key = (owner, batched, mode, control.compile)
     compiled = _COMPILED_STEPS.get(cache_key)
     if compiled is None:
+        # A key of plain values names the same graph in a later process, which then loads the
+        # step instead of tracing it; the update's code is named by where it is (its source is
+        # checked when the step loads).
+        saved_as = None
+        if agent.static_key is not None and _plain(agent.static_key) and hasattr(update_code, "co_qualname"):
+            where = (update_code.co_filename, update_code.co_firstlineno, update_code.co_qualname)
+            saved_as = repr(("make_step", agent.static_key, where, batched, mode))
         # Static shapes, as jax.jit: the float hyper-parameters are inputs (train-state tensors).
-        compiled = control.compile(fn, fullgraph=True, dynamic=False, mode=mode, device=agent.device)
+        compiled = control.compile(
+            fn,
+            fullgraph=True,
+            dynamic=False,
+            mode=mode,
+            device=agent.device,
+            saved_as=saved_as,
+            saved_refs={"agent": agent},
+        )
         _COMPILED_STEPS[cache_key] = compiled
     return compiled
 

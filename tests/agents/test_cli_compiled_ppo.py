@@ -1,7 +1,8 @@
 """``funrl train ppo`` compiled with several seeds, as the README runs it, from a fresh process: a
 copy of the run as a kill between checkpoints leaves it, resumed (in that process, after the run),
 equals the uninterrupted one, metrics.csv has a row per update per seed, the first update reports
-eager's metrics, the progress bar runs, and the agent learns CartPole."""
+eager's metrics, the progress bar runs, and the agent learns CartPole. A second process with
+another learning rate loads the saved step instead of compiling it, and reports its own run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from cli_runs import (
     metrics_rows,
 )
 
+from funrl import control
 from funrl.__main__ import main
 
 SEEDS = 2
@@ -42,6 +44,22 @@ def test_ppo_compiled_with_seeds_resumes_exactly_and_learns(tmp_path: Path) -> N
     ]
     check_compiled_metrics_equal_eager(full, rows, updates=1)  # a rollout and 16 minibatch steps
     check_resumed_run_equals_the_uninterrupted_run(killed, resumed, full, KILLED_AT)
+
+    # A warm start: every compile saves its step (atomically, a new file), so a process that
+    # writes nothing there and reports eager's numbers for its own learning rate loaded it.
+    saved = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (control.cache_dir() / "compiled").iterdir()}
+    assert saved, "the compiled run saved no step"
+    warm = tmp_path / "warm"
+    proc = funrl(
+        "train", "ppo", "--env", "CartPole-v1", "--total-steps", str(UPDATES * 512), "--seeds", str(SEEDS),
+        "--lr", "1e-3", "--no-progress", "--out", str(warm), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert "could not be saved" not in proc.stderr
+    now = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (control.cache_dir() / "compiled").iterdir()}
+    assert now == saved
+    check_compiled_metrics_equal_eager(warm, metrics_rows(warm), updates=1)
+    assert metrics_rows(warm)[-1]["loss"] != rows[-1]["loss"]  # trained with its own learning rate
 
     # Evaluation compiles nothing: in this process, as tests/agents/test_cli_matrix.py runs it.
     with contextlib.redirect_stdout(io.StringIO()) as printed:

@@ -148,7 +148,7 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> list[torch.fx.GraphModule]:
         return gm.forward
 
     def counting_compile(
-        fn: Any, *, fullgraph: bool, dynamic: bool | None, mode: str | None, device: Any
+        fn: Any, *, fullgraph: bool, dynamic: bool | None, mode: str | None, device: Any, **saved: Any
     ) -> Any:
         return torch.compile(fn, fullgraph=fullgraph, dynamic=dynamic, backend=capture)
 

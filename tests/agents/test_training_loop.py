@@ -27,10 +27,14 @@ def test_make_step_compiles_one_static_full_graph(monkeypatch: pytest.MonkeyPatc
     assert calls == []
     common.make_step(agent, batched=True, compile=True)
     common.make_step(agent, batched=False, compile=True, mode="reduce-overhead")
-    assert calls == [
-        {"fullgraph": True, "dynamic": False, "mode": None, "device": agent.device},
-        {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead", "device": agent.device},
+    static = {"fullgraph": True, "dynamic": False, "device": agent.device, "saved_refs": {"agent": agent}}
+    assert [{k: v for k, v in call.items() if k != "saved_as"} for call in calls] == [
+        {**static, "mode": None},
+        {**static, "mode": "reduce-overhead"},
     ]
+    # saved for later processes under a name that holds the agent's static key and the batching
+    assert all(call["saved_as"] is not None and repr(agent.static_key) in call["saved_as"] for call in calls)
+    assert calls[0]["saved_as"] != calls[1]["saved_as"]
 
 
 def test_one_seed_of_a_vmapped_run_steps_unbatched_and_keeps_the_seed_dimension(
