@@ -218,23 +218,29 @@ class _SavedFunction:
         import funrl
 
         leaves, spec = torch_pytree.tree_flatten(args)
-        signature = repr((str(spec), [_leaf_signature(x) for x in leaves], torch.is_grad_enabled()))
+        # with the global state most likely to differ between runs (--threads, no_grad)
+        signature = repr(
+            (
+                str(spec),
+                [_leaf_signature(x) for x in leaves],
+                torch.is_grad_enabled(),
+                torch.get_num_threads(),
+            )
+        )
         entry = self._entries.get(signature)
-        if entry is None:
+        if entry is None or not entry.guard_check(*args):
             key = repr(
                 (_SAVED_FORMAT, self._name, signature, funrl.__version__, torch.__version__, sys.version)
             )
             path = cache_dir() / "compiled" / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.bin"
             entry = _load_saved(path, self._refs)
-            if entry is None:
+            # A saved entry whose guards refuse these arguments (global state the name does not
+            # hold) is compiled again: the new entry's guards hold what it was traced with.
+            if entry is None or not entry.guard_check(*args):
                 entry = self._compiled.aot_compile((args, {}))
                 _save(entry, path, self._refs)
             entry.disable_guard_check()  # __call__ checks them once
             self._entries[signature] = entry
-        if not entry.guard_check(*args):
-            raise RuntimeError(
-                f"saved_as: the compiled function's guards refuse these arguments ({self._name})"
-            )
         return entry
 
 

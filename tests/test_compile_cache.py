@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from funrl import control
 
@@ -95,7 +96,8 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 
 # A saved function (control.compile's saved_as) in a module of its own, so that its source can
 # change between processes. Run as `python -c SAVED_SCRIPT FOLDER [VERSION]`: loads or compiles
-# `step.f` saved as "step", and reports whether dynamo traced it and whether it gave eager's result.
+# `step.f` saved as "step" (with $STEP_THREADS torch threads, default 1), and reports whether dynamo
+# traced it and whether it gave eager's result.
 STEP_MODULE = """
 import torch
 
@@ -106,7 +108,7 @@ def f(x):
     return torch.tanh(x * SCALE) + x.sum()
 """
 SAVED_SCRIPT = """
-import json, sys
+import json, os, sys
 import torch
 import funrl
 from funrl import control
@@ -117,6 +119,7 @@ import step
 
 if len(sys.argv) > 2:
     funrl.__version__ = sys.argv[2]
+torch.set_num_threads(int(os.environ.get("STEP_THREADS", "1")))
 x = torch.linspace(-1, 1, 12).reshape(3, 4)
 compiled = control.compile(step.f, dynamic=False, saved_as="step")(x)
 print(json.dumps({
@@ -152,6 +155,9 @@ def test_a_saved_function_loads_untraced_and_never_where_it_would_be_wrong(tmp_p
     assert run_saved(tmp_path) == LOADED
     assert run_saved(tmp_path, "0.0.0-other") == TRACED  # another funrl
     assert run_saved(tmp_path, env={"ATEN_CPU_CAPABILITY": "default"}) == TRACED  # another instruction set
+    # Inductor's code depends on the thread count (a guard): each count has its own file.
+    assert run_saved(tmp_path, env={"STEP_THREADS": "2"}) == TRACED
+    assert run_saved(tmp_path, env={"STEP_THREADS": "2"}) == LOADED
     # The same name with another source: the saved graph would compute the old scale.
     (tmp_path / "step.py").write_text(STEP_MODULE.format(scale=0.25))
     assert run_saved(tmp_path) == TRACED
@@ -163,3 +169,23 @@ def test_saved_as_needs_one_static_full_graph() -> None:
         control.compile(abs, dynamic=None, saved_as="f")
     with pytest.raises(ValueError, match="saved_as: .* mode='max-autotune'"):
         control.compile(abs, dynamic=False, mode="max-autotune", saved_as="f")
+
+
+def test_a_saved_function_compiles_again_for_global_state_its_file_name_does_not_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2 + x.sum()
+
+    compiled = control.compile(f, dynamic=False, saved_as="deterministic")
+    x = torch.linspace(-1, 1, 5)
+    assert torch.allclose(compiled(x), f(x))
+    # A guard of the saved entry refuses deterministic mode; the call compiles an entry that holds it.
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.allclose(compiled(x), f(x))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.allclose(compiled(x), f(x))
