@@ -136,6 +136,27 @@ def test_make_step_compiles_once_per_static_key(monkeypatch: pytest.MonkeyPatch)
     assert common.make_step(ppo.make_train(PPO), batched=False, compile=False) not in compiled
 
 
+def test_make_step_saves_a_step_under_its_static_key_and_never_one_with_an_env_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The name a compiled step is saved under for later processes (``saved_as``): the same for
+    configs that differ only in float hyper-parameters, another for any other field (a relu
+    network has the tanh one's shapes: only the name tells them apart on disk) or for batching,
+    and none for an agent whose env was given as an object (its key holds the env's identity)."""
+
+    def saved_as(agent: common.Agent, batched: bool = False) -> str | None:
+        monkeypatch.setattr(common, "_COMPILED_STEPS", {})
+        return common.make_step(agent, batched=batched, compile=True)
+
+    monkeypatch.setattr(common.control, "compile", lambda fn, **kwargs: kwargs["saved_as"])
+    name = saved_as(ppo.make_train(PPO))
+    assert name is not None
+    assert saved_as(ppo.make_train(dataclasses.replace(PPO, learning_rate=1e-3, gamma=0.9))) == name
+    assert saved_as(ppo.make_train(dataclasses.replace(PPO, activation="relu"))) not in (None, name)
+    assert saved_as(ppo.make_train(PPO), batched=True) not in (None, name)
+    assert saved_as(ppo.make_train(PPO, env=ppo.make_train(PPO).env)) is None
+
+
 @pytest.fixture
 def graphs(monkeypatch: pytest.MonkeyPatch) -> list[torch.fx.GraphModule]:
     """The graphs dynamo captures for ``make_step`` from now on (no compiled step, no dynamo cache
