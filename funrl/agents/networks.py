@@ -32,8 +32,6 @@ NETWORKS = ("auto", "mlp", "minatar_cnn")
 class FlattenObservation(nn.Module):
     """``[..., *obs_shape] -> [..., prod(obs_shape)]`` as float32: the input an MLP takes."""
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(self, obs_shape: Sequence[int]):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
@@ -48,8 +46,6 @@ class FlattenObservation(nn.Module):
 class Encoded(nn.Module):
     """``head(encoder(obs))``: an actor, an actor-critic or a Q-network on encoded observations."""
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(self, encoder: nn.Module, head: nn.Module):
         super().__init__()
         self.encoder = encoder
@@ -61,8 +57,6 @@ class Encoded(nn.Module):
 
 class EncodedCritic(Encoded):
     """``head(encoder(obs), action)``: a critic ``Q(s, a)`` on encoded observations."""
-
-    funrl_pure_forward = True  # read on the class itself, not inherited
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return self.head(self.encoder(obs), action)

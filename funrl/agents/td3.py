@@ -68,8 +68,6 @@ NAME = "td3"
 class DeterministicActor(nn.Module):
     """``mu(s) = tanh(MLP(s))``: ``[..., obs_dim] -> [..., action_dim]`` in ``[-1, 1]`` (CleanRL's TD3 actor)."""
 
-    funrl_pure_forward = True  # no mode flag or mutable state: nets.apply may run an FX trace of it
-
     def __init__(
         self,
         obs_dim: int,
