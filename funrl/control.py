@@ -140,7 +140,8 @@ def compile(  # noqa: A001 - the torch name, with funrl's options
     everything ``fn``'s graph depends on besides its arguments and its source code (both checked):
     the values ``fn`` closes over. Objects in ``saved_refs`` (by name) are not saved with it: a
     loading process gives its own, equivalent wherever ``saved_as`` is equal (an agent, whose
-    networks torch cannot save). The first call with new argument metadata compiles or loads.
+    networks torch cannot save). The saved function takes positional arguments; the first call
+    with new argument metadata compiles or loads.
 
     ``device`` is where the compiled code runs (it picks the cache key's instruction set).
     ``mode="reduce-overhead"`` (CUDA graphs) is expressed as the equivalent option, since torch

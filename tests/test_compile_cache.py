@@ -189,3 +189,32 @@ def test_a_saved_function_compiles_again_for_global_state_its_file_name_does_not
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.allclose(compiled(x), f(x))
+
+
+def test_saved_refs_come_from_the_loading_side_and_a_function_that_cannot_be_saved_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    layer, other = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return layer(x).tanh()
+
+    x = torch.randn(4, 3)
+    # A module in the closure cannot be pickled: the step runs, unsaved, with a warning.
+    with pytest.warns(UserWarning, match="could not be saved for later processes"):
+        assert torch.allclose(control.compile(f, dynamic=False, saved_as="m")(x), f(x))
+    assert not (tmp_path / "compiled").exists() or not any((tmp_path / "compiled").iterdir())
+    # Given as a reference it is not saved; whoever loads gives theirs, and the graph reads it.
+    control.compile(f, dynamic=False, saved_as="m", saved_refs={"layer": layer})(x)
+    (saved,) = (tmp_path / "compiled").iterdir()
+    loaded = control.compile(f, dynamic=False, saved_as="m", saved_refs={"layer": other})
+    assert torch.allclose(loaded(x), other(x).tanh())
+    assert not torch.allclose(loaded(x), f(x))
+    # A damaged file is compiled again and rewritten whole.
+    saved.write_bytes(saved.read_bytes()[:100])
+    assert torch.allclose(
+        control.compile(f, dynamic=False, saved_as="m", saved_refs={"layer": layer})(x), f(x)
+    )
+    assert saved.stat().st_size > 100

@@ -179,10 +179,10 @@ class _Identity:
 
 def _plain(part: Any) -> bool:
     """Whether ``part`` of a static key means the same in every process: built of None, bools,
-    numbers, strings, devices and classes, in tuples, lists and frozensets."""
+    numbers, strings, devices and classes, in tuples and frozensets (a key is hashable)."""
     if part is None or isinstance(part, (bool, int, float, str, torch.device, type)):
         return True
-    return isinstance(part, (tuple, list, frozenset)) and all(_plain(p) for p in part)
+    return isinstance(part, (tuple, frozenset)) and all(_plain(p) for p in part)
 
 
 def float32_tensors(hparams_type: type, values: dict[str, Any], device: torch.device) -> Any:

@@ -239,8 +239,8 @@ def assert_compile_equals_eager(
     ``backend="inductor"`` compiles through :func:`funrl.control.compile`, with the inductor options
     funrl's own steps use: plain inductor inlines Threefry's rounds into every read of a
     ``funrl.random`` draw, and its compile grows many times longer. Each side gets its own copy of
-    ``args``, so a function that writes its inputs in place is compared fairly. A graph break is a failure (``fullgraph=True``): funrl's promise is one graph
-    per step. ``backend="eager"`` or ``"aot_eager"`` check tracing only, without code generation.
+    ``args``, so a function that writes its inputs in place is compared fairly. A graph break is
+    a failure (``fullgraph=True``): funrl's promise is one graph per step. ``backend="eager"`` or ``"aot_eager"`` check tracing only, without code generation.
 
     Raises:
         AssertionError: when compiling fails, or naming the first output leaf that differs.
