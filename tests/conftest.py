@@ -12,17 +12,16 @@ put the one-test compiled files last.
 import os
 import tempfile
 
-# Each pytest-xdist worker compiles into its own inductor cache: workers writing one shared cache
-# at once can read each other's half-written kernels ("file too short").
-os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR",
-    os.path.join(tempfile.gettempdir(), f"funrl-inductor-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
-)
-# funrl's saved steps (funrl.control.compile's saved_as) next to it, not in the user's cache.
-os.environ.setdefault(
-    "FUNRL_CACHE_DIR",
-    os.path.join(tempfile.gettempdir(), f"funrl-cache-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
-)
+# Each pytest-xdist worker compiles into its own inductor cache, and saves funrl's compiled steps
+# (funrl.control.compile's saved_as) in its own folder, not the user's: workers writing one shared
+# cache at once can read each other's half-written kernels ("file too short"). The controller
+# process runs this first and its workers inherit its environment, so a worker replaces the
+# controller's folders with its own (a folder the user chose is kept).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+for _variable, _prefix in (("TORCHINDUCTOR_CACHE_DIR", "funrl-inductor"), ("FUNRL_CACHE_DIR", "funrl-cache")):
+    _controllers = os.path.join(tempfile.gettempdir(), f"{_prefix}-main")
+    if os.environ.get(_variable, _controllers) == _controllers:
+        os.environ[_variable] = os.path.join(tempfile.gettempdir(), f"{_prefix}-{_WORKER}")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
