@@ -12,16 +12,13 @@ put the one-test compiled files last.
 import os
 import tempfile
 
-# Each pytest-xdist worker compiles into its own inductor cache, and saves funrl's compiled steps
-# (funrl.control.compile's saved_as) in its own folder, not the user's: workers writing one shared
-# cache at once can read each other's half-written kernels ("file too short"). The controller
-# process runs this first and its workers inherit its environment, so a worker replaces the
-# controller's folders with its own (a folder the user chose is kept).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+# Compile caches and funrl's saved steps (funrl.control.compile's saved_as) in the temporary folder,
+# not the user's. The controller process runs this first and the pytest-xdist workers inherit its
+# environment, so they share these folders and reuse each other's compiles (separate folders made
+# the suite's run longer): torch writes cache entries atomically and compiles a kernel under a file
+# lock, and funrl renames a finished file into place.
 for _variable, _prefix in (("TORCHINDUCTOR_CACHE_DIR", "funrl-inductor"), ("FUNRL_CACHE_DIR", "funrl-cache")):
-    _controllers = os.path.join(tempfile.gettempdir(), f"{_prefix}-main")
-    if os.environ.get(_variable, _controllers) == _controllers:
-        os.environ[_variable] = os.path.join(tempfile.gettempdir(), f"{_prefix}-{_WORKER}")
+    os.environ.setdefault(_variable, os.path.join(tempfile.gettempdir(), f"{_prefix}-main"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
