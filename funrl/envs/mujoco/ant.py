@@ -67,23 +67,24 @@ class Ant(MujocoEnv[AntParams]):
             body = self.body_ids[body]
         elif not 0 <= body < self.nbody:
             raise ValueError(f"main_body: expected a body id in [0, {self.nbody}) or a body name, got {body}")
-        return self.field(state, "xpos")[body, :2]
+        return self.field(state, "xpos")[..., body, :2]
 
     def contact_forces(self, state: MujocoState, params: AntParams) -> torch.Tensor:
+        """``cfrc_ext`` clipped to ``contact_force_range``, flattened: ``[..., nbody * 6]``."""
         low, high = params.contact_force_range
-        return self.field(state, "cfrc_ext").clamp(low, high)
+        return self.flat_field(state, "cfrc_ext").clamp(low, high)
 
     def get_obs(self, state: MujocoState, params: AntParams) -> torch.Tensor:
         skip = 2 * int(params.exclude_current_positions_from_observation)
-        parts = [self.qpos(state)[skip:], self.qvel(state)]
+        parts = [self.qpos(state)[..., skip:], self.qvel(state)]
         if params.include_cfrc_ext_in_observation:
-            parts.append(self.contact_forces(state, params)[1:].reshape(-1))
-        return torch.cat(parts)
+            parts.append(self.contact_forces(state, params)[..., 6:])  # the world body's row dropped
+        return torch.cat(parts, dim=-1)
 
     def is_healthy(self, state: MujocoState, params: AntParams) -> torch.Tensor:
         min_z, max_z = params.healthy_z_range
-        z = self.qpos(state)[2]
-        finite = torch.isfinite(torch.cat([self.qpos(state), self.qvel(state)])).all()
+        z = self.qpos(state)[..., 2]
+        finite = torch.isfinite(torch.cat([self.qpos(state), self.qvel(state)], dim=-1)).all(-1)
         return finite & (min_z <= z) & (z <= max_z)
 
     def reset_env(self, key: torch.Tensor, params: AntParams) -> tuple[torch.Tensor, MujocoState]:
@@ -97,25 +98,25 @@ class Ant(MujocoEnv[AntParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: AntParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
         xy_before = self.main_body_position(state, params)
         xy_after = self.main_body_position(next_state, params)
         xy_velocity = (xy_after - xy_before) / self.dt(params)
         healthy = self.is_healthy(next_state, params)
-        forward_reward = xy_velocity[0] * params.forward_reward_weight
+        forward_reward = xy_velocity[..., 0] * params.forward_reward_weight
         healthy_reward = healthy.to(torch.float64) * params.healthy_reward
         ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)
-        contact_cost = params.contact_cost_weight * self.contact_forces(next_state, params).square().sum()
+        contact_cost = params.contact_cost_weight * self.contact_forces(next_state, params).square().sum(-1)
         reward = forward_reward + healthy_reward - (ctrl_cost + contact_cost)
         terminated = ~healthy & params.terminate_when_unhealthy
         qpos = self.qpos(next_state)
         info = {
-            "x_position": qpos[0],
-            "y_position": qpos[1],
-            "distance_from_origin": torch.linalg.vector_norm(qpos[0:2]),
-            "x_velocity": xy_velocity[0],
-            "y_velocity": xy_velocity[1],
+            "x_position": qpos[..., 0],
+            "y_position": qpos[..., 1],
+            "distance_from_origin": torch.linalg.vector_norm(qpos[..., 0:2], dim=-1),
+            "x_velocity": xy_velocity[..., 0],
+            "y_velocity": xy_velocity[..., 1],
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,
             "reward_contact": -contact_cost,

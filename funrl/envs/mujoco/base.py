@@ -55,6 +55,9 @@ class MujocoEnv(Environment[MujocoState, TParams]):
     env_id: str = ""
     xml_file: str = ""
     derived_fields: tuple[str, ...] = ()
+    # step_env reads the state through leading-dimension-agnostic indexing ([..., i], reductions
+    # over the last dim) and steps a batch in one physics call; reset_env is per env (vmapped).
+    batch_polymorphic = True
 
     def __init__(self) -> None:
         self.model_id = physics.model_id(self.xml_file, self.derived_fields)
@@ -109,9 +112,17 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         return state.physics[..., 1 + self.nq : 1 + self.nq + self.nv]
 
     def field(self, state: MujocoState, name: str) -> torch.Tensor:
-        """The ``MjData`` field ``name`` (one of ``derived_fields``) in its ``MjData`` shape."""
+        """The ``MjData`` field ``name`` (one of ``derived_fields``) in its ``MjData`` shape,
+        after the batch dimensions."""
         start, stop, shape = self._field_slices[name]
         return state.derived[..., start:stop].reshape(*state.derived.shape[:-1], *shape)
+
+    def flat_field(self, state: MujocoState, name: str, first_row: int = 0) -> torch.Tensor:
+        """The rows of field ``name`` from ``first_row`` on, flattened: ``[..., rows * cols]``
+        (gymnasium's ``data.<name>[first_row:].flatten()``)."""
+        start, stop, shape = self._field_slices[name]
+        row = math.prod(shape[1:])
+        return state.derived[..., start + first_row * row : stop]
 
     # -- physics -------------------------------------------------------------------------------
 
@@ -132,16 +143,30 @@ class MujocoEnv(Environment[MujocoState, TParams]):
         return MujocoState(state_vec, warmstart, derived, time)
 
     def simulate(self, state: MujocoState, action: torch.Tensor, params: TParams) -> MujocoState:
-        """gymnasium's ``do_simulation(action, frame_skip)``: the next state, time + 1."""
-        controls = action.to(torch.float64)[None]
-        next_physics, warmstart, derived = physics.step(
-            self.model_id, state.physics[None], state.warmstart[None], controls, params.frame_skip
-        )
-        return MujocoState(next_physics[0], warmstart[0], derived[0], state.time + 1)
+        """gymnasium's ``do_simulation(action, frame_skip)``: the next state, time + 1 (one
+        physics call for a batch of any leading shape)."""
+        batch = state.time.shape
 
-    def check_action(self, action: torch.Tensor, params: TParams) -> None:
+        def rows(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(-1, x.shape[-1])
+
+        next_physics, warmstart, derived = physics.step(
+            self.model_id,
+            rows(state.physics),
+            rows(state.warmstart),
+            rows(action.to(torch.float64)),
+            params.frame_skip,
+        )
+        return MujocoState(
+            next_physics.reshape(*batch, -1),
+            warmstart.reshape(*batch, -1),
+            derived.reshape(*batch, -1),
+            state.time + 1,
+        )
+
+    def check_action(self, state: MujocoState, action: torch.Tensor, params: TParams) -> None:
         """Shape and dtype always (free when compiled); finite values in eager mode."""
-        core.check_action_static(action, self.action_space(params))
+        core.check_action_static(action, self.action_space(params), batch_shape=state.time.shape)
         if not control.is_traced() and not bool(torch.isfinite(action).all()):
             raise ValueError(f"action: expected finite values, got {action.tolist()}")
 
@@ -151,11 +176,11 @@ class MujocoEnv(Environment[MujocoState, TParams]):
     @staticmethod
     def action_square_sum(action: torch.Tensor) -> torch.Tensor:
         """``sum(action^2)`` in float64: the control costs' ``np.sum(np.square(action))``."""
-        return action.to(torch.float64).square().sum()
+        return action.to(torch.float64).square().sum(-1)
 
     @staticmethod
     def never(state: MujocoState) -> torch.Tensor:
-        return torch.zeros((), dtype=torch.bool, device=state.time.device)
+        return torch.zeros_like(state.time, dtype=torch.bool)
 
     # -- reset noise ---------------------------------------------------------------------------
 

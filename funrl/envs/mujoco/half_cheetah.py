@@ -48,7 +48,7 @@ class HalfCheetah(MujocoEnv[HalfCheetahParams]):
 
     def get_obs(self, state: MujocoState, params: HalfCheetahParams) -> torch.Tensor:
         skip = int(params.exclude_current_positions_from_observation)
-        return torch.cat([self.qpos(state)[skip:], self.qvel(state)])
+        return torch.cat([self.qpos(state)[..., skip:], self.qvel(state)], dim=-1)
 
     def reset_env(self, key: torch.Tensor, params: HalfCheetahParams) -> tuple[torch.Tensor, MujocoState]:
         key_qpos, key_qvel = random.split(key)
@@ -61,9 +61,9 @@ class HalfCheetah(MujocoEnv[HalfCheetahParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: HalfCheetahParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
-        x_before, x_after = self.qpos(state)[0], self.qpos(next_state)[0]
+        x_before, x_after = self.qpos(state)[..., 0], self.qpos(next_state)[..., 0]
         x_velocity = (x_after - x_before) / self.dt(params)
         forward_reward = params.forward_reward_weight * x_velocity
         ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)

@@ -55,16 +55,16 @@ class Hopper(MujocoEnv[HopperParams]):
 
     def get_obs(self, state: MujocoState, params: HopperParams) -> torch.Tensor:
         skip = int(params.exclude_current_positions_from_observation)
-        return torch.cat([self.qpos(state)[skip:], self.qvel(state).clamp(-10.0, 10.0)])
+        return torch.cat([self.qpos(state)[..., skip:], self.qvel(state).clamp(-10.0, 10.0)], dim=-1)
 
     def is_healthy(self, state: MujocoState, params: HopperParams) -> torch.Tensor:
         qpos = self.qpos(state)
-        z, angle = qpos[1], qpos[2]
-        rest = torch.cat([qpos, self.qvel(state)])[2:]
+        z, angle = qpos[..., 1], qpos[..., 2]
+        rest = torch.cat([qpos[..., 2:], self.qvel(state)], dim=-1)
         min_state, max_state = params.healthy_state_range
         min_z, max_z = params.healthy_z_range
         min_angle, max_angle = params.healthy_angle_range
-        healthy_state = ((min_state < rest) & (rest < max_state)).all()
+        healthy_state = ((min_state < rest) & (rest < max_state)).all(-1)
         return healthy_state & (min_z < z) & (z < max_z) & (min_angle < angle) & (angle < max_angle)
 
     def reset_env(self, key: torch.Tensor, params: HopperParams) -> tuple[torch.Tensor, MujocoState]:
@@ -78,9 +78,9 @@ class Hopper(MujocoEnv[HopperParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: HopperParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
-        x_before, x_after = self.qpos(state)[0], self.qpos(next_state)[0]
+        x_before, x_after = self.qpos(state)[..., 0], self.qpos(next_state)[..., 0]
         x_velocity = (x_after - x_before) / self.dt(params)
         healthy = self.is_healthy(next_state, params)
         forward_reward = params.forward_reward_weight * x_velocity
@@ -90,7 +90,7 @@ class Hopper(MujocoEnv[HopperParams]):
         terminated = ~healthy & params.terminate_when_unhealthy
         info = {
             "x_position": x_after,
-            "z_distance_from_origin": self.qpos(next_state)[1] - self.qpos0[1],
+            "z_distance_from_origin": self.qpos(next_state)[..., 1] - self.qpos0[1],
             "x_velocity": x_velocity,
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,

@@ -68,24 +68,25 @@ class Humanoid(MujocoEnv[HumanoidParams]):
     def mass_center(self, state: MujocoState) -> torch.Tensor:
         """gymnasium's ``mass_center``: the mass-weighted mean of ``xipos``, x and y."""
         mass = self.body_mass.to(state.physics.device)
-        return (torch.einsum("b,bj->j", mass, self.field(state, "xipos")) / mass.sum())[0:2]
+        weighted = (mass[:, None] * self.field(state, "xipos")[..., 0:2]).sum(-2)
+        return weighted / mass.sum()
 
     def get_obs(self, state: MujocoState, params: HumanoidParams) -> torch.Tensor:
         skip = 2 * int(params.exclude_current_positions_from_observation)
-        parts = [self.qpos(state)[skip:], self.qvel(state)]
+        parts = [self.qpos(state)[..., skip:], self.qvel(state)]
         if params.include_cinert_in_observation:
-            parts.append(self.field(state, "cinert")[1:].reshape(-1))
+            parts.append(self.flat_field(state, "cinert", first_row=1))
         if params.include_cvel_in_observation:
-            parts.append(self.field(state, "cvel")[1:].reshape(-1))
+            parts.append(self.flat_field(state, "cvel", first_row=1))
         if params.include_qfrc_actuator_in_observation:
-            parts.append(self.field(state, "qfrc_actuator")[6:])
+            parts.append(self.field(state, "qfrc_actuator")[..., 6:])
         if params.include_cfrc_ext_in_observation:
-            parts.append(self.field(state, "cfrc_ext")[1:].reshape(-1))
-        return torch.cat(parts)
+            parts.append(self.flat_field(state, "cfrc_ext", first_row=1))
+        return torch.cat(parts, dim=-1)
 
     def is_healthy(self, state: MujocoState, params: HumanoidParams) -> torch.Tensor:
         min_z, max_z = params.healthy_z_range
-        z = self.qpos(state)[2]
+        z = self.qpos(state)[..., 2]
         return (min_z < z) & (z < max_z)
 
     def reset_env(self, key: torch.Tensor, params: HumanoidParams) -> tuple[torch.Tensor, MujocoState]:
@@ -99,27 +100,27 @@ class Humanoid(MujocoEnv[HumanoidParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: HumanoidParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
         xy_velocity = (self.mass_center(next_state) - self.mass_center(state)) / self.dt(params)
         healthy = self.is_healthy(next_state, params)
-        forward_reward = params.forward_reward_weight * xy_velocity[0]
+        forward_reward = params.forward_reward_weight * xy_velocity[..., 0]
         healthy_reward = healthy.to(torch.float64) * params.healthy_reward
         ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)
         min_cost, max_cost = params.contact_cost_range
-        contact_cost = params.contact_cost_weight * self.field(next_state, "cfrc_ext").square().sum()
+        contact_cost = params.contact_cost_weight * self.flat_field(next_state, "cfrc_ext").square().sum(-1)
         contact_cost = contact_cost.clamp(min_cost, max_cost)
         reward = forward_reward + healthy_reward - (ctrl_cost + contact_cost)
         terminated = ~healthy & params.terminate_when_unhealthy
         qpos = self.qpos(next_state)
         info = {
-            "x_position": qpos[0],
-            "y_position": qpos[1],
+            "x_position": qpos[..., 0],
+            "y_position": qpos[..., 1],
             "tendon_length": self.field(next_state, "ten_length"),
             "tendon_velocity": self.field(next_state, "ten_velocity"),
-            "distance_from_origin": torch.linalg.vector_norm(qpos[0:2]),
-            "x_velocity": xy_velocity[0],
-            "y_velocity": xy_velocity[1],
+            "distance_from_origin": torch.linalg.vector_norm(qpos[..., 0:2], dim=-1),
+            "x_velocity": xy_velocity[..., 0],
+            "y_velocity": xy_velocity[..., 1],
             "reward_survive": healthy_reward,
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,

@@ -50,12 +50,13 @@ class InvertedDoublePendulum(MujocoEnv[InvertedDoublePendulumParams]):
         qpos, qvel = self.qpos(state), self.qvel(state)
         return torch.cat(
             [
-                qpos[:1],
-                torch.sin(qpos[1:]),
-                torch.cos(qpos[1:]),
+                qpos[..., :1],
+                torch.sin(qpos[..., 1:]),
+                torch.cos(qpos[..., 1:]),
                 qvel.clamp(-10.0, 10.0),
-                self.field(state, "qfrc_constraint").clamp(-10.0, 10.0)[:1],
-            ]
+                self.field(state, "qfrc_constraint").clamp(-10.0, 10.0)[..., :1],
+            ],
+            dim=-1,
         )
 
     def reset_env(
@@ -75,12 +76,12 @@ class InvertedDoublePendulum(MujocoEnv[InvertedDoublePendulumParams]):
         action: torch.Tensor,
         params: InvertedDoublePendulumParams,
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
-        tip = self.field(next_state, "site_xpos")[0]
-        x, y = tip[0], tip[2]
+        tip = self.field(next_state, "site_xpos")[..., 0, :]
+        x, y = tip[..., 0], tip[..., 2]
         terminated = y <= 1
-        v1, v2 = self.qvel(next_state)[1], self.qvel(next_state)[2]
+        v1, v2 = self.qvel(next_state)[..., 1], self.qvel(next_state)[..., 2]
         dist_penalty = 0.01 * x**2 + (y - 2) ** 2
         vel_penalty = 1e-3 * v1**2 + 5e-3 * v2**2
         alive_bonus = params.healthy_reward * (~terminated).to(torch.float64)

@@ -42,7 +42,7 @@ class InvertedPendulum(MujocoEnv[InvertedPendulumParams]):
         return self.nq + self.nv
 
     def get_obs(self, state: MujocoState, params: InvertedPendulumParams) -> torch.Tensor:
-        return torch.cat([self.qpos(state), self.qvel(state)])
+        return torch.cat([self.qpos(state), self.qvel(state)], dim=-1)
 
     def reset_env(
         self, key: torch.Tensor, params: InvertedPendulumParams
@@ -57,10 +57,10 @@ class InvertedPendulum(MujocoEnv[InvertedPendulumParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: InvertedPendulumParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
         obs64 = self.get_obs(next_state, params)
-        terminated = ~torch.isfinite(obs64).all() | (obs64[1].abs() > 0.2)
+        terminated = ~torch.isfinite(obs64).all(-1) | (obs64[..., 1].abs() > 0.2)
         reward = (~terminated).to(torch.float64)
         info = {"reward_survive": reward}
         return (

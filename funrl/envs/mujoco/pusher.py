@@ -60,12 +60,13 @@ class Pusher(MujocoEnv[PusherParams]):
         xpos = self.field(state, "xpos")
         return torch.cat(
             [
-                self.qpos(state)[:7],
-                self.qvel(state)[:7],
-                xpos[self.tips_arm],
-                xpos[self.object],
-                xpos[self.goal],
-            ]
+                self.qpos(state)[..., :7],
+                self.qvel(state)[..., :7],
+                xpos[..., self.tips_arm, :],
+                xpos[..., self.object, :],
+                xpos[..., self.goal, :],
+            ],
+            dim=-1,
         )
 
     def reset_env(self, key: torch.Tensor, params: PusherParams) -> tuple[torch.Tensor, MujocoState]:
@@ -84,14 +85,17 @@ class Pusher(MujocoEnv[PusherParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: PusherParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
         xpos = self.field(next_state, "xpos")
+        object_pos = xpos[..., self.object, :]
         reward_near = (
-            -torch.linalg.vector_norm(xpos[self.object] - xpos[self.tips_arm]) * params.reward_near_weight
+            -torch.linalg.vector_norm(object_pos - xpos[..., self.tips_arm, :], dim=-1)
+            * params.reward_near_weight
         )
         reward_dist = (
-            -torch.linalg.vector_norm(xpos[self.object] - xpos[self.goal]) * params.reward_dist_weight
+            -torch.linalg.vector_norm(object_pos - xpos[..., self.goal, :], dim=-1)
+            * params.reward_dist_weight
         )
         reward_ctrl = -self.action_square_sum(action) * params.reward_control_weight
         reward = reward_dist + reward_ctrl + reward_near

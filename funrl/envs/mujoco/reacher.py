@@ -70,13 +70,14 @@ class Reacher(MujocoEnv[ReacherParams]):
 
     def fingertip_to_target(self, state: MujocoState) -> torch.Tensor:
         xpos = self.field(state, "xpos")
-        return xpos[self.fingertip] - xpos[self.target]
+        return xpos[..., self.fingertip, :] - xpos[..., self.target, :]
 
     def get_obs(self, state: MujocoState, params: ReacherParams) -> torch.Tensor:
         qpos, qvel = self.qpos(state), self.qvel(state)
-        theta = qpos[:2]
+        theta = qpos[..., :2]
+        to_target = self.fingertip_to_target(state)[..., :2]
         return torch.cat(
-            [torch.cos(theta), torch.sin(theta), qpos[2:], qvel[:2], self.fingertip_to_target(state)[:2]]
+            [torch.cos(theta), torch.sin(theta), qpos[..., 2:], qvel[..., :2], to_target], dim=-1
         )
 
     def reset_env(self, key: torch.Tensor, params: ReacherParams) -> tuple[torch.Tensor, MujocoState]:
@@ -93,10 +94,11 @@ class Reacher(MujocoEnv[ReacherParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: ReacherParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
         reward_dist = (
-            -torch.linalg.vector_norm(self.fingertip_to_target(next_state)) * params.reward_dist_weight
+            -torch.linalg.vector_norm(self.fingertip_to_target(next_state), dim=-1)
+            * params.reward_dist_weight
         )
         reward_ctrl = -self.action_square_sum(action) * params.reward_control_weight
         reward = reward_dist + reward_ctrl

@@ -46,7 +46,7 @@ class Swimmer(MujocoEnv[SwimmerParams]):
 
     def get_obs(self, state: MujocoState, params: SwimmerParams) -> torch.Tensor:
         skip = 2 * int(params.exclude_current_positions_from_observation)
-        return torch.cat([self.qpos(state)[skip:], self.qvel(state)])
+        return torch.cat([self.qpos(state)[..., skip:], self.qvel(state)], dim=-1)
 
     def reset_env(self, key: torch.Tensor, params: SwimmerParams) -> tuple[torch.Tensor, MujocoState]:
         key_qpos, key_qvel = random.split(key)
@@ -59,19 +59,19 @@ class Swimmer(MujocoEnv[SwimmerParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: SwimmerParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
-        xy_before, xy_after = self.qpos(state)[0:2], self.qpos(next_state)[0:2]
+        xy_before, xy_after = self.qpos(state)[..., 0:2], self.qpos(next_state)[..., 0:2]
         xy_velocity = (xy_after - xy_before) / self.dt(params)
-        forward_reward = params.forward_reward_weight * xy_velocity[0]
+        forward_reward = params.forward_reward_weight * xy_velocity[..., 0]
         ctrl_cost = params.ctrl_cost_weight * self.action_square_sum(action)
         reward = forward_reward - ctrl_cost
         info = {
-            "x_position": xy_after[0],
-            "y_position": xy_after[1],
-            "distance_from_origin": torch.linalg.vector_norm(xy_after),
-            "x_velocity": xy_velocity[0],
-            "y_velocity": xy_velocity[1],
+            "x_position": xy_after[..., 0],
+            "y_position": xy_after[..., 1],
+            "distance_from_origin": torch.linalg.vector_norm(xy_after, dim=-1),
+            "x_velocity": xy_velocity[..., 0],
+            "y_velocity": xy_velocity[..., 1],
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,
         }

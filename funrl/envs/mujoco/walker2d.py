@@ -52,10 +52,10 @@ class Walker2d(MujocoEnv[Walker2dParams]):
 
     def get_obs(self, state: MujocoState, params: Walker2dParams) -> torch.Tensor:
         skip = int(params.exclude_current_positions_from_observation)
-        return torch.cat([self.qpos(state)[skip:], self.qvel(state).clamp(-10.0, 10.0)])
+        return torch.cat([self.qpos(state)[..., skip:], self.qvel(state).clamp(-10.0, 10.0)], dim=-1)
 
     def is_healthy(self, state: MujocoState, params: Walker2dParams) -> torch.Tensor:
-        z, angle = self.qpos(state)[1], self.qpos(state)[2]
+        z, angle = self.qpos(state)[..., 1], self.qpos(state)[..., 2]
         min_z, max_z = params.healthy_z_range
         min_angle, max_angle = params.healthy_angle_range
         return (min_z < z) & (z < max_z) & (min_angle < angle) & (angle < max_angle)
@@ -71,9 +71,9 @@ class Walker2d(MujocoEnv[Walker2dParams]):
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: Walker2dParams
     ) -> tuple[torch.Tensor, MujocoState, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        self.check_action(action, params)
+        self.check_action(state, action, params)
         next_state = self.simulate(state, action, params)
-        x_before, x_after = self.qpos(state)[0], self.qpos(next_state)[0]
+        x_before, x_after = self.qpos(state)[..., 0], self.qpos(next_state)[..., 0]
         x_velocity = (x_after - x_before) / self.dt(params)
         healthy = self.is_healthy(next_state, params)
         forward_reward = params.forward_reward_weight * x_velocity
@@ -83,7 +83,7 @@ class Walker2d(MujocoEnv[Walker2dParams]):
         terminated = ~healthy & params.terminate_when_unhealthy
         info = {
             "x_position": x_after,
-            "z_distance_from_origin": self.qpos(next_state)[1] - self.qpos0[1],
+            "z_distance_from_origin": self.qpos(next_state)[..., 1] - self.qpos0[1],
             "x_velocity": x_velocity,
             "reward_forward": forward_reward,
             "reward_ctrl": -ctrl_cost,
