@@ -218,3 +218,53 @@ def test_saved_refs_come_from_the_loading_side_and_a_function_that_cannot_be_sav
         control.compile(f, dynamic=False, saved_as="m", saved_refs={"layer": layer})(x), f(x)
     )
     assert saved.stat().st_size > 100
+
+
+# A saved step holding a MuJoCo physics op, loaded by a process that built another model first.
+# Walker2d's and HalfCheetah's states and controls have the same sizes, so a loaded graph naming
+# the wrong model would run without an error. Run as `python -c MUJOCO_SCRIPT [ENV_ID ...]`: the
+# given envs are made before Walker2d.
+MUJOCO_SCRIPT = """
+import json, sys
+import torch
+import funrl.envs as E
+from funrl import control, random
+from funrl.envs.mujoco import physics
+from torch._dynamo.utils import counters
+
+for env_id in sys.argv[1:]:
+    E.make(env_id)
+env, params = E.make("Walker2d-v5")
+_, state = E.vmap(env, 2).reset(random.key(0), params)
+controls = torch.full((2, env.nu), 0.3, dtype=torch.float64)
+
+def step(states, warmstarts):
+    return physics.step(env.model_id, states, warmstarts, controls, params.frame_skip)[0]
+
+compiled = control.compile(step, dynamic=False, saved_as="walker2d-physics")(state.physics, state.warmstart)
+print(json.dumps({
+    "traced": counters["stats"]["unique_graphs"],
+    "equal": bool(torch.equal(compiled, step(state.physics, state.warmstart))),
+}))
+"""
+
+
+def test_a_saved_mujoco_step_names_its_model_in_a_process_that_made_others_first(tmp_path: Path) -> None:
+    def run_mujoco(*first: str) -> dict:
+        env = {
+            **os.environ,
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+            "FUNRL_CACHE_DIR": str(tmp_path / "funrl"),
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", MUJOCO_SCRIPT, *first],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert run_mujoco() == TRACED
+    assert run_mujoco("HalfCheetah-v5", "Hopper-v5") == LOADED

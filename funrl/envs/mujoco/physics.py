@@ -41,6 +41,7 @@ No gradients: MuJoCo's C code is not differentiable through torch; asking for on
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -117,20 +118,29 @@ class MujocoModel:
         return self.workspaces[:num_threads]
 
 
-_MODELS: list[MujocoModel] = []
-_IDS: dict[tuple[str, tuple[str, ...]], int] = {}
+_MODELS: dict[int, MujocoModel] = {}
 _REGISTRY_LOCK = threading.Lock()
+
+
+def _stable_id(xml_file: str, fields: tuple[str, ...]) -> int:
+    """A 62-bit id of ``(xml_file, fields)``, the same in every process: a compiled graph holds
+    the id as a constant, and a saved graph loaded by another process must name the same model
+    there (an id by registration order would name whichever model that process made first)."""
+    digest = hashlib.sha256(repr((xml_file, fields)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
 
 
 def model_id(xml_file: str, fields: tuple[str, ...] = ()) -> int:
     """The id of gymnasium's asset ``xml_file`` whose ops also return the ``MjData`` ``fields``.
 
-    Built once per process (the first call parses the XML); later calls return the same id.
+    The id depends on ``(xml_file, fields)`` only, so it is the same in every process; the model
+    is built once per process (the first call parses the XML).
     """
     fields = tuple(fields)
+    ident = _stable_id(xml_file, fields)
     with _REGISTRY_LOCK:
-        if (xml_file, fields) in _IDS:
-            return _IDS[(xml_file, fields)]
+        if ident in _MODELS:
+            return ident
         model = mujoco.MjModel.from_xml_path(asset_path(xml_file))
         data = mujoco.MjData(model)
         expected = 1 + model.nq + model.nv
@@ -144,19 +154,21 @@ def model_id(xml_file: str, fields: tuple[str, ...] = ()) -> int:
                 raise ValueError(f"fields: {name!r} is not an array field of mujoco.MjData")
         shapes = tuple(tuple(getattr(data, name).shape) for name in fields)
         derived_size = sum(int(np.prod(shape)) for shape in shapes)
-        entry = MujocoModel(
+        _MODELS[ident] = MujocoModel(
             xml_file, fields, model, shapes, expected, model.nv, model.nu, derived_size, [], threading.Lock()
         )
-        _MODELS.append(entry)
-        _IDS[(xml_file, fields)] = len(_MODELS) - 1
-        return len(_MODELS) - 1
+        return ident
 
 
 def get_model(model_id: int) -> MujocoModel:
     """The registered model of ``model_id`` (see :func:`model_id`)."""
-    if not 0 <= model_id < len(_MODELS):
-        raise ValueError(f"model_id: expected an id from funrl.envs.mujoco.physics.model_id, got {model_id}")
-    return _MODELS[model_id]
+    entry = _MODELS.get(model_id)
+    if entry is None:
+        raise ValueError(
+            f"model_id: expected an id that funrl.envs.mujoco.physics.model_id returned in this "
+            f"process, got {model_id}"
+        )
+    return entry
 
 
 _num_threads = min(
