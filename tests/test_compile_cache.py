@@ -130,7 +130,9 @@ print(json.dumps({
 TRACED, LOADED = {"traced": 1, "equal": True}, {"traced": 0, "equal": True}
 
 
-def run_saved(folder: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+def run_saved(
+    folder: Path, *args: str, env: dict[str, str] | None = None, script: str = SAVED_SCRIPT
+) -> dict:
     full_env = {
         **os.environ,
         "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
@@ -138,7 +140,7 @@ def run_saved(folder: Path, *args: str, env: dict[str, str] | None = None) -> di
         **(env or {}),
     }
     result = subprocess.run(
-        [sys.executable, "-c", SAVED_SCRIPT, str(folder), *args],
+        [sys.executable, "-c", script, str(folder), *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -222,8 +224,8 @@ def test_saved_refs_come_from_the_loading_side_and_a_function_that_cannot_be_sav
 
 # A saved step holding a MuJoCo physics op, loaded by a process that built another model first.
 # Walker2d's and HalfCheetah's states and controls have the same sizes, so a loaded graph naming
-# the wrong model would run without an error. Run as `python -c MUJOCO_SCRIPT [ENV_ID ...]`: the
-# given envs are made before Walker2d.
+# the wrong model would run without an error. Run as `python -c MUJOCO_SCRIPT FOLDER [ENV_ID ...]`:
+# the given envs are made before Walker2d.
 MUJOCO_SCRIPT = """
 import json, sys
 import torch
@@ -232,7 +234,7 @@ from funrl import control, random
 from funrl.envs.mujoco import physics
 from torch._dynamo.utils import counters
 
-for env_id in sys.argv[1:]:
+for env_id in sys.argv[2:]:
     E.make(env_id)
 env, params = E.make("Walker2d-v5")
 _, state = E.vmap(env, 2).reset(random.key(0), params)
@@ -250,21 +252,5 @@ print(json.dumps({
 
 
 def test_a_saved_mujoco_step_names_its_model_in_a_process_that_made_others_first(tmp_path: Path) -> None:
-    def run_mujoco(*first: str) -> dict:
-        env = {
-            **os.environ,
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-            "FUNRL_CACHE_DIR": str(tmp_path / "funrl"),
-        }
-        result = subprocess.run(
-            [sys.executable, "-c", MUJOCO_SCRIPT, *first],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        return json.loads(result.stdout.strip().splitlines()[-1])
-
-    assert run_mujoco() == TRACED
-    assert run_mujoco("HalfCheetah-v5", "Hopper-v5") == LOADED
+    assert run_saved(tmp_path, script=MUJOCO_SCRIPT) == TRACED
+    assert run_saved(tmp_path, "HalfCheetah-v5", "Hopper-v5", script=MUJOCO_SCRIPT) == LOADED
