@@ -4,11 +4,12 @@ For each env and each N, every contestant steps N copies of the env with uniform
 (funrl draws them on ``--device`` with its keys; the peers with numpy), auto-resetting finished
 episodes, in the same process and run:
 
-- ``funrl eager`` / ``funrl compiled``: ``funrl.envs.vmap(env, N).step`` -- one call of the batched
-  physics op per step -- with the op's thread pool at 1 and at 2 threads
-  (``funrl.envs.mujoco.set_num_threads``). "compiled" runs ``--chunk`` steps per call as one graph
-  (``funrl.control.scan`` under ``funrl.control.compile``); its compile is the first call and is not
-  timed. The compiled graph does not depend on the thread count, so each (env, N) compiles once.
+- ``funrl eager`` / ``funrl compiled``: ``funrl.envs.vmap(env, N)`` stepped by ``funrl.envs.rollout``
+  as agents step it -- one call of the batched physics op per step, every step's random values
+  (actions, resets) drawn before the loop -- with the op's thread pool at 1 and at 2 threads
+  (``funrl.envs.mujoco.set_num_threads``). Each call is a ``--chunk``-step rollout; "compiled"
+  runs it as one graph (the rollout's scan under ``funrl.control.compile``); its compile is the
+  first call and is not timed. The compiled graph does not depend on the thread count, so each (env, N) compiles once.
 - ``gymnasium sync``: ``gymnasium.make_vec(env_id, N, vectorization_mode="sync")``, one process.
 - ``gymnasium async``: ``vectorization_mode="async"``, one worker process per env (N up to
   ``--async-max-num-envs``: each worker is a Python process importing gymnasium and MuJoCo).
@@ -107,21 +108,21 @@ class MjStepTimer:
 
 
 def make_chunk(batched: E.BatchedEnv, params: Any, space: E.Box, n: int, chunk: int) -> Callable:
-    """``chunk`` random-action steps of the batched env: ``(key, obs, state) -> (obs, state, total)``."""
+    """``chunk`` random-action steps of the batched env through ``funrl.envs.rollout``, as agents
+    step it (every step's draws made before the loop): ``(key, obs, state) -> (obs, state, total)``."""
 
     def run(key: torch.Tensor, obs: torch.Tensor, state: Any):
         device = obs.device
         low, high = space.low_tensor(device), space.high_tensor(device)
 
-        def one(carry, t):
-            obs, state, total = carry
-            key_action, key_env = random.split(random.fold_in(key, t))
-            action = random.uniform(key_action, (n, *space.shape), space.dtype, low, high)
-            obs, state, reward, _, _, _ = batched.step(key_env, state, action, params)
-            return (obs, state, total + reward.sum()), t
+        def draw_action(k: torch.Tensor) -> torch.Tensor:
+            return random.uniform(k, (n, *space.shape), space.dtype, low, high)
 
-        (obs, state, total), _ = control.scan(one, (obs, state, obs.new_zeros(())), length=chunk)
-        return obs, state, total
+        def policy(action: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, dict]:
+            return action, {}
+
+        after, trajectory = E.rollout(batched, params, policy, key, (obs, state), chunk, draw_action)
+        return after.obs, after.env_state, trajectory.reward.sum()
 
     return run
 
