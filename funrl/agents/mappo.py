@@ -320,13 +320,14 @@ class TeamsEnvironment(Environment):
         length = torch.zeros((), dtype=torch.int64, device=key.device)
         return self.pack_obs(obs), TeamsState(env_state, returns, length, returns, length)
 
-    def draw_step(self, key: torch.Tensor, params: Any = None) -> torch.Tensor:
-        """The key itself: the multi-agent env's own ``step`` draws its auto-reset."""
-        return key
-
-    def step_with(self, key: torch.Tensor, state: TeamsState, action: torch.Tensor, params: Any = None) -> Any:
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> Any:
+        """The multi-agent env's ``draw_step``: its step key and auto-reset."""
         params = self.default_params if params is None else params
-        step = self.env.step(key, state.env_state, self._unpack_actions(action), params)
+        return self.env.draw_step(key, params)
+
+    def step_with(self, draw: Any, state: TeamsState, action: torch.Tensor, params: Any = None) -> Any:
+        params = self.default_params if params is None else params
+        step = self.env.step_with(draw, state.env_state, self._unpack_actions(action), params)
         return self._finish(state, params, *step)
 
     def step_env(self, key: torch.Tensor, state: TeamsState, action: torch.Tensor, params: Any) -> Any:
@@ -475,6 +476,10 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
     policies = {team.name: per_agent(actors[team.name]) for team in teams}
     value_fns = {team.name: per_agent(critics[team.name]) for team in teams}
 
+    def event_size(team: Team) -> int:
+        """The last dim of the team's distribution: classes, or action dims."""
+        return team.action_space.shape[0] if continuous else team.action_space.n
+
     def policy(params: dict[str, Any], team: Team, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The team's distribution params, each ``[..., A_team, ...]``, from the packed ``obs [..., O]``."""
         out = policies[team.name](params[team.name]["actor"], team.split_obs(obs))
@@ -547,11 +552,19 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
             hparams=float32_tensors(MAPPOHyperParams, values_, device),
         )
 
-    def act(key: torch.Tensor, params: dict[str, Any], obs: torch.Tensor):  # noqa: ANN202
+    def draw_noise(key: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step's sampling noise per team, ``[num_envs, A_team, K or D]``: drawn for every step
+        before the rollout's loop (``sample_and_log_prob(team_key, ...)`` draws the same)."""
+        return {
+            team.name: dist.noise(team_key, (config.num_envs, team.num_agents, event_size(team)))
+            for team, team_key in zip(teams, random.split(key, len(teams)), strict=True)
+        }
+
+    def act(noise: dict[str, torch.Tensor], params: dict[str, Any], obs: torch.Tensor):  # noqa: ANN202
         actions, log_probs = {}, {}
-        for team, team_key in zip(teams, random.split(key, len(teams)), strict=True):
-            actions[team.name], log_probs[team.name] = dist.sample_and_log_prob(
-                team_key, *policy(params, team, obs)
+        for team in teams:
+            actions[team.name], log_probs[team.name] = dist.sample_and_log_prob_from_noise(
+                noise[team.name], *policy(params, team, obs)
             )
         return teams_env.pack_actions(actions), {"log_prob": teams_env.pack_agents(log_probs)}
 
@@ -598,10 +611,11 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         rollout_state, traj = envs.rollout(
             benv,
             env_params,
-            lambda k, obs: act(k, state.params, obs),
+            lambda noise, obs: act(noise, state.params, obs),
             key_rollout,
             (state.obs, state.env_state),
             config.num_steps,
+            policy_draw=draw_noise,
         )
         # The critic runs once on the whole rollout, after it: acting needs the actors only.
         global_state = traj.info["global_state"]

@@ -26,7 +26,8 @@ The contract is funrl's single-agent one (``funrl.envs.core``) with teams of age
   auto-resets once every agent is ``terminated | truncated`` and keeps the pre-reset
   observations in ``info["final_obs"]`` and the pre-reset global state in
   ``info["final_global_state"]`` (for bootstrapping truncated episodes). ``step_env`` and
-  ``reset_env`` are the raw transition and reset. States are NamedTuples (episode time
+  ``reset_env`` are the raw transition and reset; ``step`` is ``step_with(draw_step(key,
+  params), ...)``, as for one agent, so a rollout draws every step's resets before its loop. States are NamedTuples (episode time
   included); params are frozen dataclasses separate from them, and fix no shapes: what fixes a
   shape (the number of agents, discrete or continuous actions) is an argument of the env.
 - **Purity and batching.** Nothing holds state and every random draw takes a key, so

@@ -155,20 +155,23 @@ class MultiAgentEnv(Generic[TState, TParams]):
         params = self.default_params if params is None else params
         return self.reset_env(key, params)
 
-    def step(
-        self, key: torch.Tensor, state: TState, actions: Teams, params: TParams | None = None
-    ) -> tuple[Teams, TState, Teams, Teams, Teams, dict[str, Any]]:
-        """One transition of every agent, with auto-reset once every agent is done.
-
-        ``info["final_obs"]`` holds the pre-reset observations and ``info["final_global_state"]``
-        the pre-reset :meth:`global_state` (both for bootstrapping truncated episodes).
-        """
+    def draw_step(self, key: torch.Tensor, params: TParams | None = None) -> Any:
+        """What ``step(key, ...)`` draws from ``key``: ``(key_step, (obs_reset, state_reset))``, the
+        key ``step_env`` gets and the reset a finished episode is replaced with. It depends on the
+        key and params only, so a rollout draws every step's values before its loop."""
         params = self.default_params if params is None else params
         key_step, key_reset = self.step_keys(key, params)
+        return key_step, self.reset_env(key_reset, params)
+
+    def step_with(
+        self, draw: Any, state: TState, actions: Teams, params: TParams | None = None
+    ) -> tuple[Teams, TState, Teams, Teams, Teams, dict[str, Any]]:
+        """``step`` given ``draw = draw_step(key, params)``."""
+        params = self.default_params if params is None else params
+        key_step, (obs_reset, state_reset) = draw
         obs_step, state_step, rewards, terminated, truncated, info = self.step_env(
             key_step, state, actions, params
         )
-        obs_reset, state_reset = self.reset_env(key_reset, params)
         done = _all_done(terminated, truncated)
         info = dict(info)
         info["final_obs"] = obs_step
@@ -176,6 +179,17 @@ class MultiAgentEnv(Generic[TState, TParams]):
         state = _where_tree(done, state_reset, state_step)
         obs = _where_tree(done, obs_reset, obs_step)
         return obs, state, rewards, terminated, truncated, info
+
+    def step(
+        self, key: torch.Tensor, state: TState, actions: Teams, params: TParams | None = None
+    ) -> tuple[Teams, TState, Teams, Teams, Teams, dict[str, Any]]:
+        """One transition of every agent, with auto-reset once every agent is done:
+        ``step_with(draw_step(key, params), ...)``.
+
+        ``info["final_obs"]`` holds the pre-reset observations and ``info["final_global_state"]``
+        the pre-reset :meth:`global_state` (both for bootstrapping truncated episodes).
+        """
+        return self.step_with(self.draw_step(key, params), state, actions, params)
 
     def __repr__(self) -> str:
         return f"{self.name}()"

@@ -329,13 +329,17 @@ class PettingZooEnv(MultiAgentEnv[PettingZooState, PettingZooParams]):
             {},
         )
 
-    def step(
-        self, key: torch.Tensor, state: PettingZooState, actions: Teams, params: Any = None
+    def draw_step(self, key: torch.Tensor, params: Any = None) -> torch.Tensor:
+        """The key itself: the host env's reset happens only once an episode ends (``step_with``)."""
+        return key
+
+    def step_with(
+        self, draw: torch.Tensor, state: PettingZooState, actions: Teams, params: Any = None
     ) -> tuple[Teams, PettingZooState, Teams, Teams, Teams, dict[str, Any]]:
         """``step_env``, then a host reset once every agent is done (the host env cannot compute
         a reset for nothing, so this is a Python branch: eager only)."""
         params = self.default_params if params is None else params
-        key_step, key_reset = self.step_keys(key, params)
+        key_step, key_reset = self.step_keys(draw, params)
         obs_step, state, rewards, terminated, truncated, info = self.step_env(
             key_step, state, actions, params
         )
