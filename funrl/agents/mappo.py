@@ -320,6 +320,11 @@ class TeamsEnvironment(Environment):
         length = torch.zeros((), dtype=torch.int64, device=key.device)
         return self.pack_obs(obs), TeamsState(env_state, returns, length, returns, length)
 
+    @property
+    def batch_polymorphic(self) -> bool:  # type: ignore[override]
+        """The multi-agent env's: the packing and the statistics work on any leading batch."""
+        return self.env.batch_polymorphic
+
     def draw_step(self, key: torch.Tensor, params: Any = None) -> Any:
         """The multi-agent env's ``draw_step``: its step key and auto-reset."""
         params = self.default_params if params is None else params
@@ -327,31 +332,35 @@ class TeamsEnvironment(Environment):
 
     def step_with(self, draw: Any, state: TeamsState, action: torch.Tensor, params: Any = None) -> Any:
         params = self.default_params if params is None else params
-        step = self.env.step_with(draw, state.env_state, self._unpack_actions(action), params)
+        actions = self._unpack_actions(action, state.episode_length.shape)
+        step = self.env.step_with(draw, state.env_state, actions, params)
         return self._finish(state, params, *step)
 
     def step_env(self, key: torch.Tensor, state: TeamsState, action: torch.Tensor, params: Any) -> Any:
         obs, env_state, rewards, terminated, truncated, info = self.env.step_env(
-            key, state.env_state, self._unpack_actions(action), params
+            key, state.env_state, self._unpack_actions(action, state.episode_length.shape), params
         )
         info = {**info, "final_obs": obs, "final_global_state": self.env.global_state(env_state, params)}
         return self._finish(state, params, obs, env_state, rewards, terminated, truncated, info)
 
-    def _unpack_actions(self, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        check_action_static(action, self.action_space(), "action")
+    def _unpack_actions(self, action: torch.Tensor, batch_shape: torch.Size) -> dict[str, torch.Tensor]:
+        check_action_static(action, self.action_space(), "action", batch_shape)
         return {team.name: team.split_actions(action) for team in self.teams}
 
     def _finish(self, state, params, obs, env_state, rewards, terminated, truncated, info):  # noqa: ANN001, ANN202
         reward = self.pack_agents(rewards)
         terminated, truncated = self.pack_agents(terminated), self.pack_agents(truncated)
-        done = (terminated | truncated).all()
+        done = (terminated | truncated).all(-1)
+        per_agent_done = done.unsqueeze(-1)
         episode_return = state.episode_return + reward
         episode_length = state.episode_length + 1
         new_state = TeamsState(
             env_state=env_state,
-            episode_return=torch.where(done, 0.0, episode_return),
+            episode_return=torch.where(per_agent_done, 0.0, episode_return),
             episode_length=torch.where(done, 0, episode_length),
-            returned_episode_return=torch.where(done, episode_return, state.returned_episode_return),
+            returned_episode_return=torch.where(
+                per_agent_done, episode_return, state.returned_episode_return
+            ),
             returned_episode_length=torch.where(done, episode_length, state.returned_episode_length),
         )
         info = dict(info)
@@ -359,7 +368,7 @@ class TeamsEnvironment(Environment):
             final_obs=self.pack_obs(info["final_obs"]),
             global_state=self.env.global_state(state.env_state, params),
             returned_episode=done,
-            returned_episode_return=new_state.returned_episode_return.sum(),
+            returned_episode_return=new_state.returned_episode_return.sum(-1),
             returned_agent_returns=new_state.returned_episode_return,
             returned_episode_length=new_state.returned_episode_length,
         )

@@ -234,6 +234,32 @@ def test_teams_env_packs_every_team_in_agent_order_and_sums_each_agents_episode(
     assert int(info["returned_episode_length"]) == 25 and not bool(state.episode_return.any())
 
 
+@pytest.mark.parametrize("env_id", ["mpe:simple_tag", "mpe:simple_speaker_listener_continuous"])
+def test_the_teams_env_steps_a_batch_as_it_is_and_equals_each_env_alone(env_id: str) -> None:
+    # Batch-polymorphic like its scenario: funrl.envs.vmap calls step_with on the whole batch, and
+    # the episode statistics stay per env (the envs start 0, 1 and 2 steps into 3-step episodes,
+    # so each ends its episodes at other steps).
+    env, params = mappo.make_teams_env(env_id, {"max_cycles": 3})
+    assert env.batch_polymorphic
+    num_envs, key = 3, random.key(4)
+    batched = envs.vmap(env, num_envs)
+    _, state = batched.reset(key, params)
+    state = state._replace(env_state=state.env_state._replace(time=torch.arange(3, dtype=torch.int32)))
+    ended = torch.zeros(num_envs, dtype=torch.bool)
+    for t in range(5):
+        k = random.fold_in(key, t)
+        draw = batched.draw_step(k, params)
+        action = torch.stack([env.action_space(params).sample(k_i) for k_i in random.split(k, num_envs)])
+        out = batched.step_with(draw, state, action, params)
+        for i in range(num_envs):
+            single = env.step_with(tree.index(draw, i), tree.index(state, i), action[i], params)
+            assert tree.tree_equal(tree.index(out, i), single), (t, i)
+        state = out[1]
+        assert int(out[-1]["returned_episode"].sum()) <= 1  # never two envs at once
+        ended |= out[-1]["returned_episode"]
+    assert bool(ended.all())
+
+
 def test_continuous_teams_pack_each_agents_action_vector() -> None:
     env, _ = mappo.make_teams_env("mpe:simple_speaker_listener_continuous", {})
     speaker, listener = env.teams

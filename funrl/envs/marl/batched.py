@@ -5,7 +5,9 @@ keys and ``torch.func.vmap`` the single-environment function over them, so
 ``batched.step(key, ...)`` at env ``i`` equals ``env.step(split(key, num_envs)[i], ...)``. Every
 team tensor gains a leading ``[num_envs]`` axis before its agent axis (``[N, A_team, ...]``), and
 so must the actions. In eager mode the actions are checked (shape, dtype, NaN, range) before
-the vmap, with the batch in the message.
+the vmap, with the batch in the message. An env that declares ``batch_polymorphic`` has its
+draws vmapped and its ``step_with`` called on the whole batch: the same numbers without vmap's
+per-op cost.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ class BatchedMultiAgentEnv:
         self.env = env
         self.num_envs = num_envs
         self._reset = torch.func.vmap(env.reset, in_dims=(0, None), randomness="error")
-        self._step = torch.func.vmap(env.step, in_dims=(0, 0, 0, None), randomness="error")
+        self._draw_step = torch.func.vmap(env.draw_step, in_dims=(0, None), randomness="error")
+        self._step_with = (
+            env.step_with
+            if env.batch_polymorphic
+            else torch.func.vmap(env.step_with, in_dims=(0, 0, 0, None), randomness="error")
+        )
         self._step_env = torch.func.vmap(env.step_env, in_dims=(0, 0, 0, None), randomness="error")
         self._global_state = torch.func.vmap(env.global_state, in_dims=(0, None))
 
@@ -88,7 +95,7 @@ class BatchedMultiAgentEnv:
         """Step every environment (auto-reset per environment); outputs have ``[num_envs]`` first."""
         params = self._params(params)
         self._check(actions, params)
-        return self._step(self.keys(key), state, actions, params)
+        return self._step_with(self._draw_step(self.keys(key), params), state, actions, params)
 
     def step_env(
         self, key: torch.Tensor, state: Any, actions: Teams, params: Any = None

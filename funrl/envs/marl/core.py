@@ -101,6 +101,12 @@ class MultiAgentEnv(Generic[TState, TParams]):
     nothing here holds state. ``step_env`` checks its actions with :func:`check_actions`.
     """
 
+    batch_polymorphic: bool = False
+    """True where ``step_with`` also takes a batch as it is (states, actions and draws with the
+    same leading dimensions, the batch shape being ``state.time``'s), as in
+    ``funrl.envs.Environment``: batched views then call it on the whole batch, without
+    ``torch.func.vmap``."""
+
     @property
     def name(self) -> str:
         return type(self).__name__

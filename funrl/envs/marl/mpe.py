@@ -41,6 +41,7 @@ __all__ = [
     "MPEEnvironment",
     "choose_landmark",
     "distance",
+    "entity_at",
     "of_others",
     "others_index",
     "overlapping",
@@ -108,22 +109,32 @@ def others_index(num: int, device: torch.device) -> torch.Tensor:
 
 
 def of_others(x: torch.Tensor) -> torch.Tensor:
-    """``[n, n - 1, ...]``: for each row ``i`` of ``x`` (``[n, ...]``), every other row, in order."""
-    return x[others_index(x.shape[0], x.device)]
+    """``[..., n, n - 1, D]``: for each row ``i`` of ``x`` (``[..., n, D]``), every other row, in
+    order."""
+    return x[..., others_index(x.shape[-2], x.device), :]
 
 
 def relative(origin: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``[n, 2K]``: the ``K`` ``targets`` (``[K, 2]``) seen from each of the ``n`` ``origin``
-    positions (``[n, 2]``), flattened target by target (``target - origin``, mpe2's layout)."""
-    return (targets.unsqueeze(0) - origin.unsqueeze(1)).flatten(1)
+    """``[..., n, 2K]``: the ``K`` ``targets`` (``[..., K, 2]``) seen from each of the ``n``
+    ``origin`` positions (``[..., n, 2]``), flattened target by target (``target - origin``,
+    mpe2's layout)."""
+    return (targets.unsqueeze(-3) - origin.unsqueeze(-2)).flatten(-2)
 
 
 def overlapping(
     pos_a: torch.Tensor, size_a: torch.Tensor, pos_b: torch.Tensor, size_b: torch.Tensor
 ) -> torch.Tensor:
-    """``[n_a, n_b]`` bool: the discs overlap (mpe2's ``is_collision``: distance < sum of radii)."""
-    dist = distance(pos_a.unsqueeze(1) - pos_b.unsqueeze(0))
-    return dist < size_a.unsqueeze(1) + size_b.unsqueeze(0)
+    """``[..., n_a, n_b]`` bool: the discs overlap (mpe2's ``is_collision``: distance < sum of
+    radii); positions ``[..., n, 2]``, sizes ``[n]``."""
+    dist = distance(pos_a.unsqueeze(-2) - pos_b.unsqueeze(-3))
+    return dist < size_a.unsqueeze(-1) + size_b.unsqueeze(-2)
+
+
+def entity_at(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``[..., 2]``: the row ``index`` (``[...]``, int64, one per batch element) of ``pos``
+    (``[..., E, 2]``)."""
+    rows = index.unsqueeze(-1).unsqueeze(-1).expand(*index.shape, 1, pos.shape[-1])
+    return pos.gather(-2, rows).squeeze(-2)
 
 
 class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
@@ -132,6 +143,9 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
     env_id: str = ""
     dim_c: int = 2
     landmark_range: float = 1.0  # landmarks reset uniform in [-range, range]^2
+    # The step, observations and rewards index entities as [..., i, :] and reduce over named
+    # trailing dims, so a batch of states steps as it is; a reset is per env (vmapped).
+    batch_polymorphic = True
 
     def __init__(self, agents: list[Entity], landmarks: list[Entity], continuous_actions: bool = False):
         if not isinstance(continuous_actions, bool):
@@ -215,8 +229,11 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
 
     # -- actions -----------------------------------------------------------------------------
 
-    def decode_actions(self, actions: Teams) -> tuple[torch.Tensor, torch.Tensor]:
-        """Action force ``[A, 2]`` and message ``[A, dim_c]`` of every agent (module docstring)."""
+    def decode_actions(
+        self, actions: Teams, batch_shape: tuple[int, ...] | torch.Size = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action force ``[..., A, 2]`` and message ``[..., A, dim_c]`` of every agent (module
+        docstring), for actions with leading ``batch_shape``."""
         forces, messages = [], []
         for team, members in self._team_entities.items():
             action, first = actions[team], members[0]
@@ -241,9 +258,10 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
                 accel = torch.tensor([e.accel for e in members], dtype=torch.float32, device=device)
                 forces.append(torch.stack(direction, -1) * accel.unsqueeze(-1))
             else:
-                forces.append(torch.zeros(len(members), 2, device=device))
-            messages.append(torch.zeros(len(members), self.dim_c, device=device) if first.silent else word)
-        return torch.cat(forces), torch.cat(messages)
+                forces.append(torch.zeros(*batch_shape, len(members), 2, device=device))
+            silence = torch.zeros(*batch_shape, len(members), self.dim_c, device=device)
+            messages.append(silence if first.silent else word)
+        return torch.cat(forces, -2), torch.cat(messages, -2)
 
     # -- reset and step ----------------------------------------------------------------------
 
@@ -273,8 +291,9 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
     def step_env(
         self, key: torch.Tensor, state: MPEState, actions: Teams, params: MPEParams
     ) -> tuple[Teams, MPEState, Teams, Teams, Teams, dict[str, Any]]:
-        check_actions(actions, self.action_spaces(params), self.teams)
-        force, comm = self.decode_actions(actions)
+        batch = state.time.shape
+        check_actions(actions, self.action_spaces(params), self.teams, batch)
+        force, comm = self.decode_actions(actions, batch)
         pos, vel = world_step(
             state.pos,
             state.vel,
@@ -288,9 +307,10 @@ class MPEEnvironment(MultiAgentEnv[MPEState, MPEParams]):
         state = MPEState(pos, vel, comm, state.goal, state.time + 1)
         truncated = state.time >= params.max_steps_in_episode
         terminated = {
-            t: torch.zeros(len(ids), dtype=torch.bool, device=pos.device) for t, ids in self.teams.items()
+            t: torch.zeros(*batch, len(ids), dtype=torch.bool, device=pos.device)
+            for t, ids in self.teams.items()
         }
-        truncated = {t: truncated.expand(len(ids)) for t, ids in self.teams.items()}
+        truncated = {t: truncated.unsqueeze(-1).expand(*batch, len(ids)) for t, ids in self.teams.items()}
         return self.observations(state, params), state, self.rewards(state, params), terminated, truncated, {}
 
     def __repr__(self) -> str:

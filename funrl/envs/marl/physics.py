@@ -35,10 +35,10 @@ class Bodies(NamedTuple):
 def contact_forces(
     pos: torch.Tensor, bodies: Bodies, contact_force: float, contact_margin: float
 ) -> torch.Tensor:
-    """``[E, 2]``: the sum over colliding partners ``b`` of the contact force ``b`` exerts on each
-    entity ``a`` (mpe2's ``get_collision_force``; zero for entities that do not collide)."""
-    delta = pos.unsqueeze(1) - pos.unsqueeze(0)  # [a, b, 2] = p_a - p_b
-    eye = torch.eye(pos.shape[0], dtype=torch.bool, device=pos.device)
+    """``[..., E, 2]``: the sum over colliding partners ``b`` of the contact force ``b`` exerts on
+    each entity ``a`` (mpe2's ``get_collision_force``; zero for entities that do not collide)."""
+    delta = pos.unsqueeze(-2) - pos.unsqueeze(-3)  # [..., a, b, 2] = p_a - p_b
+    eye = torch.eye(pos.shape[-2], dtype=torch.bool, device=pos.device)
     pair = bodies.collide.unsqueeze(1) & bodies.collide.unsqueeze(0) & ~eye
     # The distance of an entity to itself is 0; 1 there keeps 0/0 out of the masked entries.
     dist = torch.where(pair, delta.square().sum(-1).sqrt(), 1.0)
@@ -46,7 +46,7 @@ def contact_forces(
     k = contact_margin
     penetration = torch.logaddexp(torch.zeros_like(dist), -(dist - dist_min) / k) * k
     force = contact_force * delta / dist.unsqueeze(-1) * penetration.unsqueeze(-1)
-    return torch.where(pair.unsqueeze(-1), force, 0.0).sum(1)
+    return torch.where(pair.unsqueeze(-1), force, 0.0).sum(-2)
 
 
 def integrate(
@@ -72,9 +72,11 @@ def world_step(
     contact_force: float,
     contact_margin: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions and velocities after one step; ``action_force`` is ``[A, 2]`` for the agents."""
-    num_landmarks = pos.shape[0] - action_force.shape[0]
-    force = torch.cat([action_force, action_force.new_zeros(num_landmarks, 2)]) + contact_forces(
+    """Positions and velocities ``[..., E, 2]`` after one step; ``action_force`` is ``[..., A, 2]``
+    for the agents."""
+    batch, num_agents = action_force.shape[:-2], action_force.shape[-2]
+    landmarks_force = action_force.new_zeros(*batch, pos.shape[-2] - num_agents, 2)
+    force = torch.cat([action_force, landmarks_force], -2) + contact_forces(
         pos, bodies, contact_force, contact_margin
     )
     return integrate(pos, vel, force, bodies, dt, damping)

@@ -28,6 +28,7 @@ from funrl.envs.marl.mpe import (
     MPEState,
     choose_landmark,
     distance,
+    entity_at,
     of_others,
     relative,
 )
@@ -58,20 +59,22 @@ class SimpleAdversary(MPEEnvironment):
         return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def goal_pos(self, state: MPEState) -> torch.Tensor:
-        return state.pos[self.num_agents + state.goal[0]]
+        """``[..., 2]``: the goal landmark's position (every agent's goal is the same)."""
+        return entity_at(state.pos, self.num_agents + state.goal[..., 0])
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         n = self.num_agents
-        pos = state.pos[:n]
-        seen = torch.cat([relative(pos, state.pos[n:]), (of_others(pos) - pos.unsqueeze(1)).flatten(1)], -1)
-        to_goal = self.goal_pos(state) - pos[1:]
-        return {"adversary": seen[:1], "agent": torch.cat([to_goal, seen[1:]], -1)}
+        pos = state.pos[..., :n, :]
+        to_others = (of_others(pos) - pos.unsqueeze(-2)).flatten(-2)
+        seen = torch.cat([relative(pos, state.pos[..., n:, :]), to_others], -1)
+        to_goal = self.goal_pos(state).unsqueeze(-2) - pos[..., 1:, :]
+        return {"adversary": seen[..., :1, :], "agent": torch.cat([to_goal, seen[..., 1:, :]], -1)}
 
     def rewards(self, state: MPEState, params: MPEParams) -> Teams:
         n = self.num_agents
-        to_goal = distance(state.pos[:n] - self.goal_pos(state))  # [A]
-        agent = -to_goal[1:].min() + to_goal[0]
-        return {"adversary": -to_goal[:1], "agent": agent.expand(n - 1)}
+        to_goal = distance(state.pos[..., :n, :] - self.goal_pos(state).unsqueeze(-2))  # [..., A]
+        agent = -to_goal[..., 1:].min(-1).values + to_goal[..., 0]
+        return {"adversary": -to_goal[..., :1], "agent": agent.unsqueeze(-1).expand(*agent.shape, n - 1)}
 
 
 def make_simple_adversary(**kwargs: Any) -> tuple[SimpleAdversary, MPEParams]:

@@ -28,6 +28,7 @@ from funrl.envs.marl.mpe import (
     MPEState,
     choose_landmark,
     distance,
+    entity_at,
     relative,
 )
 from funrl.envs.marl.registry import register, split_kwargs
@@ -56,21 +57,25 @@ class SimplePush(MPEEnvironment):
         return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
-        pos, vel = state.pos[:2], state.vel[:2]
-        landmarks, goal = state.pos[2:], state.goal[1]
+        pos, vel = state.pos[..., :2, :], state.vel[..., :2, :]
+        landmarks, goal = state.pos[..., 2:, :], state.goal[..., 1]
         colours = torch.tensor(LANDMARK_COLOURS, device=pos.device)
-        own_colour = 0.25 + 0.5 * (torch.arange(3, device=pos.device) == goal + 1).float()
+        own_colour = 0.25 + 0.5 * (torch.arange(3, device=pos.device) == (goal + 1).unsqueeze(-1)).float()
         to_landmarks = relative(pos, landmarks)
-        to_other = pos.flip(0) - pos
-        adversary = torch.cat([vel[0], to_landmarks[0], to_other[0]])
+        to_other = pos.flip(-2) - pos
+        to_goal = entity_at(landmarks, goal) - pos[..., 1, :]
+        all_colours = colours.flatten().expand(*goal.shape, -1)
+        adversary = torch.cat([vel[..., 0, :], to_landmarks[..., 0, :], to_other[..., 0, :]], -1)
         agent = torch.cat(
-            [vel[1], landmarks[goal] - pos[1], own_colour, to_landmarks[1], colours.flatten(), to_other[1]]
+            [vel[..., 1, :], to_goal, own_colour, to_landmarks[..., 1, :], all_colours, to_other[..., 1, :]],
+            -1,
         )
-        return {"adversary": adversary.unsqueeze(0), "agent": agent.unsqueeze(0)}
+        return {"adversary": adversary.unsqueeze(-2), "agent": agent.unsqueeze(-2)}
 
     def rewards(self, state: MPEState, params: MPEParams) -> Teams:
-        to_goal = distance(state.pos[:2] - state.pos[2 + state.goal[1]])
-        return {"adversary": (to_goal[1] - to_goal[0]).unsqueeze(0), "agent": -to_goal[1:]}
+        goal = entity_at(state.pos, 2 + state.goal[..., 1])
+        to_goal = distance(state.pos[..., :2, :] - goal.unsqueeze(-2))
+        return {"adversary": (to_goal[..., 1] - to_goal[..., 0]).unsqueeze(-1), "agent": -to_goal[..., 1:]}
 
 
 def make_simple_push(**kwargs: Any) -> tuple[SimplePush, MPEParams]:

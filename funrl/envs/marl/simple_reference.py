@@ -29,6 +29,7 @@ from funrl.envs.marl.mpe import (
     MPEState,
     choose_landmark,
     distance,
+    entity_at,
     of_others,
     relative,
 )
@@ -69,15 +70,17 @@ class SimpleReference(MPEEnvironment):
         return choose_landmark(unit, self.num_landmarks)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
-        pos, vel = state.pos[:2], state.vel[:2]
+        pos, vel = state.pos[..., :2, :], state.vel[..., :2, :]
         goal_colour = torch.tensor(LANDMARK_COLOURS, device=pos.device)[state.goal]
-        messages = of_others(state.comm).flatten(1)
-        return {"agent": torch.cat([vel, relative(pos, state.pos[2:]), goal_colour, messages], -1)}
+        messages = of_others(state.comm).flatten(-2)
+        return {"agent": torch.cat([vel, relative(pos, state.pos[..., 2:, :]), goal_colour, messages], -1)}
 
     def rewards(self, state: MPEState, params: SimpleReferenceParams) -> Teams:
-        other = state.pos[:2].flip(0)
-        local = -distance(other - state.pos[2 + state.goal])
-        return {"agent": local.mean() * (1 - params.local_ratio) + local * params.local_ratio}
+        other = state.pos[..., :2, :].flip(-2)
+        goals = torch.stack([entity_at(state.pos, 2 + state.goal[..., i]) for i in range(2)], -2)
+        local = -distance(other - goals)
+        shared = local.mean(-1, keepdim=True) * (1 - params.local_ratio)
+        return {"agent": shared + local * params.local_ratio}
 
 
 def make_simple_reference(**kwargs: Any) -> tuple[SimpleReference, SimpleReferenceParams]:

@@ -21,7 +21,15 @@ from typing import Any
 import torch
 
 from funrl.envs.marl.core import Teams
-from funrl.envs.marl.mpe import Entity, MPEEnvironment, MPEParams, MPEState, choose_landmark, relative
+from funrl.envs.marl.mpe import (
+    Entity,
+    MPEEnvironment,
+    MPEParams,
+    MPEState,
+    choose_landmark,
+    entity_at,
+    relative,
+)
 from funrl.envs.marl.registry import register, split_kwargs
 
 __all__ = ["SimpleSpeakerListener", "make_simple_speaker_listener"]
@@ -51,13 +59,15 @@ class SimpleSpeakerListener(MPEEnvironment):
         return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
-        goal_colour = torch.tensor(LANDMARK_COLOURS, device=state.pos.device)[state.goal[0]]
-        listener = torch.cat([state.vel[1], relative(state.pos[1:2], state.pos[2:])[0], state.comm[0]])
-        return {"speaker": goal_colour.unsqueeze(0), "listener": listener.unsqueeze(0)}
+        goal_colour = torch.tensor(LANDMARK_COLOURS, device=state.pos.device)[state.goal[..., 0]]
+        to_landmarks = relative(state.pos[..., 1:2, :], state.pos[..., 2:, :])
+        listener = torch.cat([state.vel[..., 1:2, :], to_landmarks, state.comm[..., 0:1, :]], -1)
+        return {"speaker": goal_colour.unsqueeze(-2), "listener": listener}
 
     def rewards(self, state: MPEState, params: MPEParams) -> Teams:
-        reward = -(state.pos[1] - state.pos[2 + state.goal[0]]).square().sum()
-        return {"speaker": reward.unsqueeze(0), "listener": reward.unsqueeze(0)}
+        goal = entity_at(state.pos, 2 + state.goal[..., 0])
+        reward = -(state.pos[..., 1, :] - goal).square().sum(-1, keepdim=True)
+        return {"speaker": reward, "listener": reward}
 
 
 def make_simple_speaker_listener(**kwargs: Any) -> tuple[SimpleSpeakerListener, MPEParams]:

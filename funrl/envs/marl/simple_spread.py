@@ -66,21 +66,22 @@ class SimpleSpread(MPEEnvironment):
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         n = self.num_agents
-        pos, vel = state.pos[:n], state.vel[:n]
-        to_others = of_others(pos) - pos.unsqueeze(1)  # [i, k, 2]
-        messages = of_others(state.comm)  # [i, k, dim_c]
-        obs = torch.cat(
-            [vel, pos, relative(pos, state.pos[n:]), to_others.flatten(1), messages.flatten(1)], -1
-        )
+        pos, vel = state.pos[..., :n, :], state.vel[..., :n, :]
+        to_others = of_others(pos) - pos.unsqueeze(-2)  # [..., i, k, 2]
+        messages = of_others(state.comm)  # [..., i, k, dim_c]
+        landmarks = relative(pos, state.pos[..., n:, :])
+        obs = torch.cat([vel, pos, landmarks, to_others.flatten(-2), messages.flatten(-2)], -1)
         return {"agent": obs}
 
     def rewards(self, state: MPEState, params: SimpleSpreadParams) -> Teams:
         n = self.num_agents
-        pos, size = state.pos[:n], self.sizes(state.pos.device)[:n]
-        coverage = -distance(state.pos[n:].unsqueeze(1) - pos.unsqueeze(0)).min(1).values.sum()
+        pos, size = state.pos[..., :n, :], self.sizes(state.pos.device)[:n]
+        landmarks = state.pos[..., n:, :]
+        coverage = -distance(landmarks.unsqueeze(-2) - pos.unsqueeze(-3)).min(-1).values.sum(-1)
         overlap = overlapping(pos, size, pos, size) & ~torch.eye(n, dtype=torch.bool, device=pos.device)
-        collisions = -overlap.sum(1).float()
-        return {"agent": coverage * (1 - params.local_ratio) + collisions * params.local_ratio}
+        collisions = -overlap.sum(-1).float()
+        local = collisions * params.local_ratio
+        return {"agent": coverage.unsqueeze(-1) * (1 - params.local_ratio) + local}
 
 
 def make_simple_spread(**kwargs: Any) -> tuple[SimpleSpread, SimpleSpreadParams]:

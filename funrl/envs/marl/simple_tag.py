@@ -75,24 +75,26 @@ class SimpleTag(MPEEnvironment):
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         n, m = self.num_agents, self.num_adversaries
-        pos, vel = state.pos[:n], state.vel[:n]
-        to_others = (of_others(pos) - pos.unsqueeze(1)).flatten(1)
-        common = torch.cat([vel, pos, relative(pos, state.pos[n:]), to_others], -1)
-        good_vel = vel[m:]
-        adversary_sees = good_vel.flatten().expand(m, -1)
-        agent_sees = of_others(good_vel).flatten(1)
+        pos, vel = state.pos[..., :n, :], state.vel[..., :n, :]
+        to_others = (of_others(pos) - pos.unsqueeze(-2)).flatten(-2)
+        common = torch.cat([vel, pos, relative(pos, state.pos[..., n:, :]), to_others], -1)
+        good_vel = vel[..., m:, :]
+        every_good_vel = good_vel.flatten(-2).unsqueeze(-2)
+        adversary_sees = every_good_vel.expand(*every_good_vel.shape[:-2], m, -1)
+        agent_sees = of_others(good_vel).flatten(-2)
         return {
-            "adversary": torch.cat([common[:m], adversary_sees], -1),
-            "agent": torch.cat([common[m:], agent_sees], -1),
+            "adversary": torch.cat([common[..., :m, :], adversary_sees], -1),
+            "agent": torch.cat([common[..., m:, :], agent_sees], -1),
         }
 
     def rewards(self, state: MPEState, params: MPEParams) -> Teams:
         n, m = self.num_agents, self.num_adversaries
-        pos, size = state.pos[:n], self.sizes(state.pos.device)[:n]
-        caught = overlapping(pos[m:], size[m:], pos[:m], size[:m])  # [good, adversary]
-        adversary = 10.0 * caught.sum().float()
-        agent = -10.0 * caught.sum(1).float() - out_of_bounds_penalty(pos[m:]).sum(-1)
-        return {"adversary": adversary.expand(m), "agent": agent}
+        pos, size = state.pos[..., :n, :], self.sizes(state.pos.device)[:n]
+        good, adversaries = pos[..., m:, :], pos[..., :m, :]
+        caught = overlapping(good, size[m:], adversaries, size[:m])  # [..., good, adversary]
+        adversary = 10.0 * caught.flatten(-2).sum(-1).float()
+        agent = -10.0 * caught.sum(-1).float() - out_of_bounds_penalty(good).sum(-1)
+        return {"adversary": adversary.unsqueeze(-1).expand(*adversary.shape, m), "agent": agent}
 
 
 def make_simple_tag(**kwargs: Any) -> tuple[SimpleTag, MPEParams]:

@@ -90,6 +90,32 @@ def test_step_is_pure(env_id: str) -> None:
     assert_pure(env.step, random.key(1), state, random_actions(env, random.key(2)), params)
 
 
+@pytest.mark.parametrize("continuous_actions", [False, True], ids=["discrete", "continuous"])
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_a_batch_steps_as_it_is_and_equals_each_env_alone_bit_for_bit(
+    env_id: str, continuous_actions: bool
+) -> None:
+    # The scenarios declare batch_polymorphic, so marl.vmap calls step_with on the whole batch.
+    env, params = marl.make(env_id, continuous_actions=continuous_actions, max_cycles=3)
+    assert env.batch_polymorphic
+    num_envs, key = 4, random.key(11)
+    batched = marl.vmap(env, num_envs)
+    _, state = batched.reset(key, params)
+    # Crowded, so that discs overlap: collisions, catches and contact forces differ across envs.
+    state = state._replace(pos=state.pos * 0.1)
+    for t in range(4):  # across an auto-reset
+        k = random.fold_in(key, t)
+        actions = random_actions(env, random.fold_in(k, 1), (num_envs,))
+        draw = torch.func.vmap(env.draw_step, in_dims=(0, None))(batched.keys(k), params)
+        out = env.step_with(draw, state, actions, params)
+        assert ftree.tree_equal(out, batched.step(k, state, actions, params))
+        for i, k_i in enumerate(batched.keys(k)):
+            single = env.step(k_i, ftree.index(state, i), ftree.index(actions, i), params)
+            assert ftree.tree_equal(ftree.index(out, i), single), (t, i)
+        state = out[1]
+    assert bool((state.time == 1).all())  # every env truncated at 3 steps and took its reset
+
+
 @pytest.mark.parametrize("env_id", SCENARIOS)
 def test_vmap_over_envs_equals_single_runs(env_id: str) -> None:
     env, params = marl.make(env_id, max_cycles=4)
