@@ -98,6 +98,24 @@ def test_bad_actions_are_clear_errors(action, error: type, match: str) -> None:
         env.step(random.key(1), state, action, params)
 
 
+def test_bad_actions_on_a_batch_stepped_as_it_is_are_clear_errors() -> None:
+    # The batched view calls the env's step on the whole batch (batch_polymorphic): its checks see
+    # the batch, and a NaN in one env's action is found in eager mode.
+    env, params = E.make("HalfCheetah-v5")
+    batched = E.vmap(env, 3)
+    _, state = batched.reset(random.key(0), params)
+    with pytest.raises(
+        ValueError, match=r"action: expected shape \[3, 6\] \(a batch of shape \[3\]\), got \[3, 5\]"
+    ):
+        batched.step(random.key(1), state, torch.zeros(3, 5), params)
+    with pytest.raises(TypeError, match="action: expected a floating tensor"):
+        batched.step(random.key(1), state, torch.zeros(3, 6, dtype=torch.int64), params)
+    nan_in_one_env = torch.zeros(3, 6)
+    nan_in_one_env[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="action: expected finite values"):
+        batched.step(random.key(1), state, nan_in_one_env, params)
+
+
 def test_a_gradient_request_is_a_clear_error() -> None:
     env, params = E.make("HalfCheetah-v5")
     _, state = env.reset(random.key(0), params)
