@@ -54,6 +54,7 @@ import torch.utils._pytree as torch_pytree
 __all__ = [
     "scan",
     "fori_loop",
+    "cond",
     "is_traced",
     "compile",
     "register_pytree_node",
@@ -567,3 +568,45 @@ def fori_loop(
     steps = torch.arange(lower, upper, device=device)
     carry, _ = scan(step, init, steps, use_hop=use_hop)
     return carry
+
+
+def cond(
+    pred: torch.Tensor,
+    true_fn: Callable[..., Tree],
+    false_fn: Callable[..., Tree],
+    *operands: Any,
+) -> Tree:
+    """``jax.lax.cond`` for torch: ``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``.
+
+    Both branches return the same structure of tensors, with shapes and dtypes that broadcast to
+    each other. Run eagerly (no ``torch.compile``, no ``torch.func`` transform), ``pred`` is read
+    on the host and only the branch it picks runs: an eager agent skips work it would throw away.
+    Traced (compile, vmap, grad: :func:`is_traced`), both branches run and each output leaf is
+    ``torch.where(pred, true_leaf, false_leaf)``: one branch-free graph, and under vmap a
+    predicate per batch element, as ``jax.lax.cond`` becomes under vmap. The values are the same
+    either way.
+
+    Args:
+        pred: a boolean tensor with one element.
+        true_fn, false_fn: ``(*operands) -> tree`` of tensors, pure.
+        operands: passed to the branch (or both).
+    """
+    if not isinstance(pred, torch.Tensor) or pred.dtype != torch.bool or pred.numel() != 1:
+        got = (
+            f"{pred.dtype} of shape {list(pred.shape)}"
+            if isinstance(pred, torch.Tensor)
+            else type(pred).__name__
+        )
+        raise ValueError(f"pred: expected a boolean tensor with one element, got {got}")
+    if not is_traced():
+        return true_fn(*operands) if bool(pred) else false_fn(*operands)
+    true_leaves, true_spec = torch_pytree.tree_flatten(true_fn(*operands))
+    false_leaves, false_spec = torch_pytree.tree_flatten(false_fn(*operands))
+    if true_spec != false_spec:
+        raise ValueError(
+            f"true_fn, false_fn: expected outputs of one structure, got {true_spec} and {false_spec}"
+        )
+    pred = pred.reshape(())
+    return torch_pytree.tree_unflatten(
+        [torch.where(pred, t, f) for t, f in zip(true_leaves, false_leaves, strict=True)], true_spec
+    )

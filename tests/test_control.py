@@ -152,6 +152,65 @@ def test_is_traced_under_compile_and_torch_func_transforms_only():
     assert is_traced() is False
 
 
+def _branches(calls: list[str]):
+    """Two branches of one output structure (a float, an int and a nested tuple) that log calls."""
+
+    def double(x: torch.Tensor, n: torch.Tensor):
+        calls.append("true")
+        return {"x": x * 2, "pair": (n + 1, x.sum())}
+
+    def keep(x: torch.Tensor, n: torch.Tensor):
+        calls.append("false")
+        return {"x": x, "pair": (n, torch.zeros(()))}
+
+    return double, keep
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_cond_eagerly_runs_only_the_branch_pred_picks(pred):
+    calls: list[str] = []
+    double, keep = _branches(calls)
+    x, n = torch.arange(3.0), torch.tensor(4)
+    out = control.cond(torch.tensor(pred), double, keep, x, n)
+    assert calls == ["true" if pred else "false"]
+    expected = double(x, n) if pred else keep(x, n)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_cond_traced_selects_each_element_of_a_vmapped_predicate_and_compiles_to_the_same():
+    """Under vmap each batch element takes its own branch (both run, then a select); compiled
+    (fullgraph, no graph break on the predicate) gives what eager gives."""
+    calls: list[str] = []
+    double, keep = _branches(calls)
+    preds = torch.tensor([True, False, True])
+    xs, ns = R.normal(R.key(0), (3, 4)), torch.tensor([1, 2, 3])
+    batched = vmap(lambda p, x, n: control.cond(p, double, keep, x, n))(preds, xs, ns)
+    assert sorted(set(calls)) == ["false", "true"]
+    loop = [control.cond(p, double, keep, x, n) for p, x, n in zip(preds, xs, ns, strict=True)]
+    torch.testing.assert_close(batched, tree.stack(loop), rtol=0, atol=0)
+    compiled = torch.compile(
+        lambda p, x, n: control.cond(p, double, keep, x, n), backend="eager", fullgraph=True
+    )
+    for p, x, n in zip(preds, xs, ns, strict=True):
+        torch.testing.assert_close(compiled(p, x, n), control.cond(p, double, keep, x, n), rtol=0, atol=0)
+
+
+def test_cond_bad_input_names_the_argument():
+    calls: list[str] = []
+    double, keep = _branches(calls)
+    x, n = torch.ones(2), torch.tensor(0)
+    with pytest.raises(
+        ValueError, match=r"pred: expected a boolean tensor with one element, got torch.int64"
+    ):
+        control.cond(torch.tensor(1), double, keep, x, n)
+    with pytest.raises(ValueError, match=r"pred: .* got torch.bool of shape \[2\]"):
+        control.cond(torch.tensor([True, False]), double, keep, x, n)
+    with pytest.raises(ValueError, match=r"pred: .* got bool"):
+        control.cond(True, double, keep, x, n)
+    with pytest.raises(ValueError, match=r"true_fn, false_fn: expected outputs of one structure"):
+        vmap(lambda p: control.cond(p, double, lambda x, n: {"x": x}, x, n))(torch.tensor([True]))
+
+
 def light_step(carry: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor):
     """A float and an int carry and a pytree of outputs, without Threefry (cheap to compile)."""
     total, steps = carry

@@ -34,6 +34,7 @@ __all__ = [
     "NonFiniteError",
     "check_finite",
     "evaluate",
+    "gradient_phase",
     "init_state",
     "make_batched_env",
     "make_step",
@@ -41,6 +42,7 @@ __all__ = [
     "static_key",
     "sweepable_values",
     "train",
+    "warmup_updates",
     "with_num_envs",
 ]
 
@@ -235,6 +237,44 @@ def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
     return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
 
 
+def warmup_updates(learning_starts: int, steps_per_update: int) -> int:
+    """How many updates come before an off-policy agent learns: update ``u`` (from 1) takes its
+    gradient steps once its buffer holds more than ``learning_starts`` transitions, ``u *
+    steps_per_update > learning_starts`` (CleanRL's ``global_step > learning_starts``)."""
+    return learning_starts // steps_per_update
+
+
+def gradient_phase(
+    learning: torch.Tensor,
+    gradient_step: Callable[[Any, torch.Tensor], tuple[Any, dict[str, torch.Tensor]]],
+    carry: Any,
+    step_keys: torch.Tensor,
+    metric_names: Iterable[str],
+    waiting_metrics: Callable[[Any], dict[str, torch.Tensor]] | None = None,
+) -> tuple[Any, dict[str, torch.Tensor]]:
+    """An off-policy update's gradient steps: ``(carry, metrics averaged over the steps)``.
+
+    While not ``learning`` (a bool scalar: the update is one of :func:`warmup_updates`), the
+    carry is returned as it is and each of ``metric_names`` is NaN, nothing having been trained
+    (:func:`check_finite` allows it there), except those ``waiting_metrics(carry)`` gives. A
+    :func:`funrl.control.cond`: an eager update skips the gradient steps it would throw away; a
+    compiled or vmapped one computes them and keeps the old carry, branch-free.
+    """
+    names = tuple(metric_names)
+
+    def learn(carry: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        carry, step_metrics = control.scan(gradient_step, carry, step_keys)
+        return carry, {k: step_metrics[k].mean() for k in names}
+
+    def wait(carry: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        nan = torch.full((), float("nan"), device=step_keys.device)
+        metrics = dict.fromkeys(names, nan)
+        metrics.update(waiting_metrics(carry) if waiting_metrics is not None else {})
+        return carry, metrics
+
+    return control.cond(learning, learn, wait, carry)
+
+
 class NonFiniteError(FloatingPointError):
     """A metric (a loss, a gradient norm, ...) became NaN or infinite; names the update, the seed and the metric."""
 
@@ -260,6 +300,7 @@ class Agent:
     env_params: Any
     device: torch.device
     static_key: Hashable | None = None
+    warmup_updates: int = 0  # the first updates, which train nothing (see gradient_phase)
 
     def __call__(self, key: torch.Tensor, **kwargs: Any) -> tuple[Any, dict[str, torch.Tensor]]:
         return train(self, key, **kwargs)
@@ -437,10 +478,15 @@ def init_state(
 
 
 def check_finite(
-    metrics: dict[str, torch.Tensor], first_update: int, may_be_nan: frozenset[str] = registry.MAY_BE_NAN
+    metrics: dict[str, torch.Tensor],
+    first_update: int,
+    may_be_nan: frozenset[str] = registry.MAY_BE_NAN,
+    warmup_updates: int = 0,
 ) -> None:
     """Raise :class:`NonFiniteError` naming the update, seed and metric of the first non-finite value
     of any metric outside ``may_be_nan`` (losses, gradient norms and every other metric an agent adds).
+    In the first ``warmup_updates`` updates, which train nothing (:func:`gradient_phase`), a
+    metric may be NaN (not infinite).
 
     ``metrics[name]`` has shape ``[updates]`` or ``[updates, seeds]`` (host tensors); its first row
     is update number ``first_update`` (1-based: the state after it has ``update_count`` equal to it).
@@ -451,6 +497,8 @@ def check_finite(
         if name in may_be_nan or name.split("/", 1)[0] in may_be_nan:
             continue
         bad = ~torch.isfinite(values)
+        warming_up = torch.arange(first_update, first_update + values.shape[0]) <= warmup_updates
+        bad &= ~(values.isnan() & warming_up.reshape(-1, *[1] * (values.dim() - 1)))
         if bool(bad.any()):
             where = torch.nonzero(bad)[0].tolist()
             update = first_update + where[0]
@@ -528,7 +576,7 @@ def train(
         if len(pending) >= log_every or last:
             host = {k: torch.stack([m[k] for m in pending]).detach().cpu() for k in pending[0]}
             host = host_with_seed_dim(host)
-            check_finite(host, i + 2 - len(pending), may_be_nan)
+            check_finite(host, i + 2 - len(pending), may_be_nan, agent.warmup_updates)
             history.append(host)
             pending = []
             if callback is not None:

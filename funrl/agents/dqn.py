@@ -21,8 +21,10 @@ returns with CleanRL's rate, frequency and ε decay.
 Differences from CleanRL's loop, on purpose: ε is taken at the start of each iteration (constant
 over its ``num_steps`` steps) and the policy acts with the params of the start of the iteration
 (with the defaults, one step of 10 environments and two gradient steps per iteration).
-``learning_starts`` and the ε schedule are branch-free (``torch.where`` on the update count): no
-host sync inside the step.
+The ε schedule is branch-free (``torch.where`` on the update count): no host sync inside the
+step. Until the buffer holds ``learning_starts`` transitions (CleanRL's ``global_step >
+learning_starts``) the gradient steps are a :func:`funrl.control.cond` that keeps the old params
+(their metrics NaN): skipped eagerly, computed and dropped in the branch-free compiled step.
 
 The float hyper-parameters (:data:`SWEEPABLE`) ride as tensors in the train state (the learning
 rate in the optimiser's state, the rest in ``hparams``) and ``update`` reads them from there
@@ -52,15 +54,16 @@ from funrl.agents.common import (
     contiguous_copy,
     episode_metrics,
     float32_tensors,
+    gradient_phase,
     make_batched_env,
     masked,
     replay_example,
     static_key,
     sweepable_values,
+    warmup_updates,
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
-from funrl.control import scan
 
 __all__ = [
     "NAME",
@@ -126,6 +129,9 @@ class DQNHyperParams(NamedTuple):
     end_e: torch.Tensor
     exploration_fraction: torch.Tensor
 
+
+METRICS = ("loss", "td_error_abs", "q_taken", "grad_norm")
+"""What an update reports of its gradient steps (averaged over them; NaN before it learns)."""
 
 SWEEPABLE = ("learning_rate", *DQNHyperParams._fields)
 """The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
@@ -271,9 +277,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             "terminated": traj.terminated.reshape(n),
         }
         buffer_state = buffer.add(state.buffer, transitions)
-        # Training is on once the buffer holds learning_starts transitions (CleanRL's
-        # `global_step > learning_starts`), decided by a mask rather than a branch.
-        active = state.update_count * n + n > config.learning_starts
+        learning = state.update_count >= warmup_updates(config.learning_starts, n)
 
         def gradient_step(carry, step_key):
             params, target_params, opt_state, count = carry
@@ -281,23 +285,22 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             grads, (loss, metrics) = grad_fn(params, target_params, batch, hp.gamma)
             updates, new_opt_state = tx.update(grads, opt_state, params)
             new_params = optim.apply_updates(params, updates)
-            new_count = count + active.to(count.dtype)
-            refresh = active & (new_count % target_period == 0)
+            new_count = count + 1
+            refresh = new_count % target_period == 0
             new_target = L.polyak(target_params, new_params, hp.tau)
             carry = (
-                masked(active, new_params, params),
+                new_params,
                 masked(refresh, new_target, target_params),
-                masked(active, new_opt_state, opt_state),
+                new_opt_state,
                 new_count,
             )
             return carry, {"loss": loss, **metrics, "grad_norm": optim.global_norm(grads)}
 
         carry = (state.params, state.target_params, state.opt_state, state.gradient_count)
         step_keys = random.split(key_train, config.gradient_steps)
-        (params, target_params, opt_state, gradient_count), step_metrics = scan(
-            gradient_step, carry, step_keys
+        (params, target_params, opt_state, gradient_count), metrics = gradient_phase(
+            learning, gradient_step, carry, step_keys, METRICS
         )
-        metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode_metrics(traj.info), epsilon=epsilon)
         new_state = DQNTrainState(
             params=params,
@@ -327,6 +330,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         env_params=env_params,
         device=device,
         static_key=static_key(NAME, config, SWEEPABLE, env, device),
+        warmup_updates=warmup_updates(config.learning_starts, config.steps_per_update),
     )
 
 

@@ -8,7 +8,9 @@ from the tanh-Gaussian policy (uniform random actions before ``learning_starts``
 then ``num_envs * num_steps // train_frequency`` gradient steps (a :func:`funrl.control.scan`):
 twin critics as one stacked-params ensemble (``funrl.losses.sac_critic_objective``, one ``vmap``),
 the actor, the temperature, and a Polyak target update. ``torch.compile`` makes the iteration one
-graph; ``learning_starts`` is a mask on the update count, not a branch.
+graph. Until the buffer holds ``learning_starts`` transitions the gradient steps are a
+:func:`funrl.control.cond` that keeps the old params (their metrics are NaN, but ``alpha``):
+skipped eagerly, computed and dropped in the branch-free compiled step.
 
 Batches are drawn by environment: row ``i`` of a batch belongs to environment ``e`` (each holds a
 contiguous block of ``batch_size / num_envs`` rows, the first ``batch_size % num_envs`` one more)
@@ -58,16 +60,16 @@ from funrl.agents.common import (
     contiguous_copy,
     episode_metrics,
     float32_tensors,
+    gradient_phase,
     make_batched_env,
-    masked,
     replay_example,
     static_key,
     sweepable_values,
+    warmup_updates,
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
 from funrl.buffers.flat_buffer import gather
-from funrl.control import scan
 from funrl.distributed import DataParallel, shard_envs
 
 __all__ = ["NAME", "SWEEPABLE", "SACConfig", "SACHyperParams", "SACTrainState", "make_train"]
@@ -103,6 +105,9 @@ class SACHyperParams(NamedTuple):
     gamma: torch.Tensor
     tau: torch.Tensor
 
+
+METRICS = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy", "grad_norm")
+"""What an update reports of its gradient steps (averaged over them; NaN but ``alpha`` before it learns)."""
 
 SWEEPABLE = ("policy_lr", "q_lr", *SACHyperParams._fields, "alpha")
 """The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
@@ -287,6 +292,7 @@ def make_train(
     share = len(my_rows) / batch_size  # of the batch's mean: the ranks' shares sum to it
     target_entropy = L.sac_target_entropy(setup.action_dim)
     n = config.steps_per_update
+    warmup = warmup_updates(config.learning_starts, n)
 
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
@@ -408,7 +414,7 @@ def make_train(
             setup, policy, key_rollout, state.obs, state.env_state, config.num_steps, dp
         )
         buffer_state = buffer.add(state.buffer, transitions)
-        active = state.update_count * n + n > config.learning_starts
+        learning = state.update_count >= warmup
 
         def gradient_step(carry, step_key):
             params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
@@ -451,7 +457,7 @@ def make_train(
                 "entropy": entropy,
                 "grad_norm": optim.global_norm(critic_grads),
             }
-            return masked(active, new, carry), metrics
+            return new, metrics
 
         carry = (
             state.params,
@@ -461,9 +467,11 @@ def make_train(
             state.log_alpha,
             state.alpha_opt,
         )
-        carry, step_metrics = scan(gradient_step, carry, random.split(key_train, config.gradient_steps))
+        carry, metrics = gradient_phase(
+            learning, gradient_step, carry, random.split(key_train, config.gradient_steps), METRICS,
+            waiting_metrics=lambda carry: {"alpha": carry[4].exp()},
+        )  # fmt: skip
         params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
-        metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode)
         new_state = SACTrainState(
             params=params,
@@ -497,6 +505,7 @@ def make_train(
         device=device,
         # A rank's step holds its collectives and its share of the environments.
         static_key=(*static_key(NAME, config, SWEEPABLE, env, device), dp.rank, dp.world_size),
+        warmup_updates=warmup,
     )
 
 

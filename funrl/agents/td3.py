@@ -7,7 +7,9 @@ in-place ``add`` to a :func:`funrl.buffers.flat` replay buffer held in the train
 ``num_envs * num_steps // train_frequency`` gradient steps (a :func:`funrl.control.scan`): twin
 critics as one stacked-params ensemble with the clipped double-Q target at the smoothed target
 action (``funrl.losses.td3_critic_objective``), and every ``policy_frequency``-th step the actor
-and the Polyak updates of both targets. The delay and ``learning_starts`` are masks, not branches.
+and the Polyak updates of both targets. The delay is a mask, not a branch; until the buffer holds
+``learning_starts`` transitions the gradient steps are a :func:`funrl.control.cond` that keeps
+the old params (their metrics NaN): skipped eagerly, computed and dropped when compiled.
 
 Defaults follow CleanRL's ``td3_continuous_action.py`` (256-256 ReLU actor with a tanh output and
 critics, Adam 3e-4, batch 256, γ 0.99, τ 0.005, policy noise 0.2 clipped at 0.5, exploration noise
@@ -42,15 +44,16 @@ from funrl.agents.common import (
     ContinuousOffPolicyConfig,
     check_offpolicy_config,
     float32_tensors,
+    gradient_phase,
     masked,
     replay_example,
     static_key,
     sweepable_values,
+    warmup_updates,
 )
 from funrl.agents.networks import make_network
 from funrl.agents.registry import register_agent
 from funrl.agents.sac import collect, continuous_setup, init_actor_and_twin_critics, twin_critic
-from funrl.control import scan
 
 __all__ = [
     "NAME",
@@ -115,6 +118,9 @@ class TD3HyperParams(NamedTuple):
     exploration_noise: torch.Tensor
 
 
+METRICS = ("critic_loss", "actor_loss", "q_mean", "grad_norm")
+"""What an update reports of its gradient steps (averaged over them; NaN before it learns)."""
+
 SWEEPABLE = ("learning_rate", *TD3HyperParams._fields)
 """The config fields that ride in the train state: the names ``init(key, **hparams)`` takes (any
 other raises). The compiled step does not depend on them."""
@@ -154,6 +160,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     critic = twin_critic(config, setup)
     buffer = buffers.flat(config.buffer_size)
     n = config.steps_per_update
+    warmup = warmup_updates(config.learning_starts, n)
 
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
@@ -200,7 +207,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
             setup, policy, key_rollout, state.obs, state.env_state, config.num_steps
         )
         buffer_state = buffer.add(state.buffer, transitions)
-        active = state.update_count * n + n > config.learning_starts
+        learning = state.update_count >= warmup
 
         def gradient_step(carry, step_key):
             params, target_params, actor_opt, critic_opt, count = carry
@@ -219,18 +226,18 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
             )
             updates, new_actor_opt = tx.update(actor_grads, actor_opt, params["actor"])
             new_actor = optim.apply_updates(params["actor"], updates)
-            new_count = count + active.to(count.dtype)
-            delayed = active & (new_count % config.policy_frequency == 0)
+            new_count = count + 1
+            delayed = new_count % config.policy_frequency == 0
             new_params = {"actor": new_actor, "critic": new_critic}
             new_target = L.polyak(target_params, new_params, hp.tau)
             carry = (
                 {
                     "actor": masked(delayed, new_actor, params["actor"]),
-                    "critic": masked(active, new_critic, params["critic"]),
+                    "critic": new_critic,
                 },
                 masked(delayed, new_target, target_params),
                 masked(delayed, new_actor_opt, actor_opt),
-                masked(active, new_critic_opt, critic_opt),
+                new_critic_opt,
                 new_count,
             )
             metrics = {
@@ -242,9 +249,10 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
             return carry, metrics
 
         carry = (state.params, state.target_params, state.actor_opt, state.critic_opt, state.gradient_count)
-        carry, step_metrics = scan(gradient_step, carry, random.split(key_train, config.gradient_steps))
+        carry, metrics = gradient_phase(
+            learning, gradient_step, carry, random.split(key_train, config.gradient_steps), METRICS
+        )
         params, target_params, actor_opt, critic_opt, gradient_count = carry
-        metrics = {k: v.mean() for k, v in step_metrics.items()}
         metrics.update(episode)
         new_state = TD3TrainState(
             params=params,
@@ -275,6 +283,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         env_params=setup.env_params,
         device=device,
         static_key=static_key(NAME, config, SWEEPABLE, env, device),
+        warmup_updates=warmup,
     )
 
 

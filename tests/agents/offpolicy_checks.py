@@ -47,7 +47,7 @@ def check_vmapped_seeds_equal_single_runs(agent: common.Agent, num_updates: int,
     for i in range(2):
         state_i, metrics_i = common.train(agent, keys[i], compile=False, num_updates=num_updates)
         assert tree.tree_allclose(tree.index(state_v.params, i), state_i.params, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(metrics_v[loss][:, i], metrics_i[loss], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(metrics_v[loss][:, i], metrics_i[loss], rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
 def check_learning_rate_sweep_equals_single_runs(

@@ -60,9 +60,13 @@ def test_agent_trains_eagerly_on_a_gymnasium_env(case: str) -> None:
     assert host._version - calls_before == 1 + UPDATES * NUM_STEPS
     terms = loss_terms(metrics)
     assert terms, sorted(metrics)
+    # The off-policy agents train from the update past learning_starts on; before, nothing is trained.
+    waiting = agent.warmup_updates
+    assert waiting < UPDATES
     for name, values in terms.items():
         assert values.shape == (UPDATES,), name
-        assert bool(torch.isfinite(values).all()), (name, values)
+        assert bool(torch.isnan(values[:waiting]).all()), (name, values)
+        assert bool(torch.isfinite(values[waiting:]).all()), (name, values)
     # SAC and TD3 hold {"actor": ..., "critic": ...}: each network must have moved.
     groups = state.params if isinstance(next(iter(state.params.values())), dict) else {"net": state.params}
     initial_groups = initial.params if groups is state.params else {"net": initial.params}

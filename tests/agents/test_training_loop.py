@@ -86,3 +86,60 @@ def test_check_finite_covers_every_metric_but_those_that_may_be_nan() -> None:
         common.check_finite(new_metric, first_update=5)
     with pytest.raises(common.NonFiniteError, match=r"non-finite grad_norm \(nan\) at update 2, seed 0"):
         common.check_finite({"grad_norm": torch.tensor([1.0, nan])}, first_update=1)
+
+
+def test_check_finite_allows_nan_only_in_the_updates_before_learning_starts() -> None:
+    nan, inf = float("nan"), float("inf")
+    # Updates 3..6 of two seeds; updates up to 4 train nothing.
+    waiting = {"loss": torch.tensor([[nan, nan], [nan, nan], [1.0, 2.0], [3.0, 4.0]])}
+    common.check_finite(waiting, first_update=3, warmup_updates=4)
+    with pytest.raises(common.NonFiniteError, match=r"non-finite loss \(nan\) at update 3, seed 0"):
+        common.check_finite(waiting, first_update=3, warmup_updates=2)
+    late = {"loss": torch.tensor([[nan, nan], [nan, 1.0]])}
+    with pytest.raises(common.NonFiniteError, match=r"non-finite loss \(nan\) at update 5, seed 0"):
+        common.check_finite(late, first_update=4, warmup_updates=4)
+    with pytest.raises(common.NonFiniteError, match=r"non-finite loss \(inf\) at update 1, seed 1"):
+        common.check_finite({"loss": torch.tensor([[nan, inf]])}, first_update=1, warmup_updates=4)
+    common.check_finite({"loss": torch.tensor([nan, nan])}, first_update=1, warmup_updates=2)
+
+
+def _counted_gradient_step(calls: list[int]):
+    """A gradient step that counts its calls; its metrics include ``w_sum``, which a waiting
+    update reports too."""
+
+    def gradient_step(carry: dict[str, torch.Tensor], step_key: torch.Tensor):
+        calls.append(1)
+        new = {"w": carry["w"] - 0.1 * step_key[0].float(), "n": carry["n"] + 1}
+        return new, {"loss": new["w"].square().sum(), "seen": step_key[1].float(), "w_sum": new["w"].sum()}
+
+    return gradient_step
+
+
+@pytest.mark.parametrize("learning", [False, True])
+def test_gradient_phase_skips_its_steps_eagerly_and_keeps_the_carry_when_traced(learning: bool) -> None:
+    calls: list[int] = []
+    gradient_step = _counted_gradient_step(calls)
+    carry = {"w": torch.tensor([1.0, -2.0]), "n": torch.tensor(0)}
+    keys = torch.tensor([[1, 2], [3, 4], [5, 6]])
+
+    def phase(carry: dict[str, torch.Tensor]):
+        return common.gradient_phase(
+            torch.tensor(learning), gradient_step, carry, keys, ("loss", "seen", "w_sum"),
+            waiting_metrics=lambda c: {"w_sum": c["w"].sum()},
+        )  # fmt: skip
+
+    eager = phase(carry)
+    assert len(calls) == (3 if learning else 0)
+    if learning:
+        final, step_metrics = control.scan(gradient_step, carry, keys)
+        assert tree.tree_equal(eager, (final, {k: v.mean() for k, v in step_metrics.items()}))
+    else:
+        assert tree.tree_equal(eager[0], carry)
+        assert torch.isnan(eager[1]["loss"]) and torch.isnan(eager[1]["seen"])
+        assert eager[1]["w_sum"] == -1.0
+
+    # Traced (vmap over a batch of one): the steps run, and their result is dropped while waiting.
+    calls.clear()
+    batched = torch.func.vmap(phase)(tree.map(lambda x: x.unsqueeze(0), carry))
+    assert len(calls) == 3
+    torch.testing.assert_close(tree.index(batched, 0), eager, rtol=0, atol=0, equal_nan=True)

@@ -13,6 +13,7 @@ both; :func:`findings` returns them on rank 0 (None on the others) for the test 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -62,15 +63,21 @@ def findings() -> dict[str, Any] | None:
         graphs.append(gm)
         return gm.forward
 
+    # Learning from the first update: an eager update before learning_starts skips the gradient
+    # steps (and their all-reduces) that a traced one computes and drops.
+    learning_agent = sac.make_train(
+        dataclasses.replace(TINY, learning_starts=0), data_parallel=distributed.data_parallel()
+    )
+
     def step(state: Any, run_key: torch.Tensor) -> Any:
-        return dp_agent.update(state, random.fold_in(run_key, state.update_count))
+        return learning_agent.update(state, random.fold_in(run_key, state.update_count))
 
     # Rank 0 traces; the other rank runs the same update eagerly, its all-reduces pairing with
     # those in rank 0's graph (tracing costs more than the rest of these checks together).
     compiled = torch.compile(step, fullgraph=True, dynamic=False, backend=capture) if first else step
-    state, run_key = common.init_state(dp_agent, random.key(4))
+    state, run_key = common.init_state(learning_agent, random.key(4))
     eager = common.contiguous_copy(state)  # the update writes into its buffer's storage
-    for _ in range(3):  # the third update takes gradient steps
+    for _ in range(3):
         state, _ = compiled(state, run_key)
         eager, _ = step(eager, run_key)
     code = "\n".join(
