@@ -15,9 +15,11 @@ Run it with an interpreter that has torchrl and vmas (kept out of funrl's enviro
     OMP_NUM_THREADS=1 /tmp/trl/bin/python benchmarks/torchrl_mappo.py --total-steps 200000
 
 It prints one JSON line: the times, env steps per second, the team return (the sum over every
-agent of an episode's rewards) of the last updates' episodes and of a greedy evaluation, and a
-uniformly random policy's on the same kind of evaluation episodes. VMAS's simple_spread gives
-every agent the whole team's reward (landmark coverage counted once per agent), so its returns
+agent of an episode's rewards) of the last updates' episodes and of a greedy evaluation, a
+uniformly random policy's and a hand-written one's (each agent to its own landmark) on the same
+kind of evaluation episodes, and the last update's critic explained variance and policy entropy.
+VMAS's simple_spread gives every agent the whole team's reward (landmark coverage counted once
+per agent), so its returns
 are on another scale than mpe2's: compare each to its own random policy.
 """
 
@@ -57,17 +59,20 @@ def make_env(num_envs: int, seed: int, n_agents: int) -> VmasEnv:
     )
 
 
-def agents_done(reward_key: tuple[str, str], done_keys: list) -> callable:  # noqa: ANN001
+def agents_done(reward_key: tuple[str, str], done_keys: list, bootstrap_at_limit: bool) -> callable:  # noqa: ANN001
     """Copy the env-level done flags under the agents' group, shaped like their reward, where GAE
-    and the loss read them (what the example's ``DoneTransform`` does)."""
+    and the loss read them (what the example's ``DoneTransform`` does). VMAS reports its step
+    limit as ``terminated``; ``bootstrap_at_limit`` clears the agents' copy, so GAE bootstraps
+    there as funrl's MAPPO does at mpe2's truncation."""
 
     def postproc(batch: TensorDictBase) -> TensorDictBase:
         reward_shape = batch.get(("next", *reward_key)).shape
         for key in done_keys:
             name = key if isinstance(key, str) else key[-1]
-            batch.set(
-                ("next", reward_key[0], name), batch.get(("next", key)).unsqueeze(-1).expand(reward_shape)
-            )
+            flags = batch.get(("next", key)).unsqueeze(-1).expand(reward_shape)
+            if bootstrap_at_limit and name == "terminated":
+                flags = torch.zeros_like(flags)
+            batch.set(("next", reward_key[0], name), flags)
         return batch
 
     return postproc
@@ -78,6 +83,18 @@ def team_returns(env: VmasEnv, policy: ProbabilisticActor | None) -> torch.Tenso
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(max_steps=EPISODE_STEPS, policy=policy, break_when_any_done=False)
     return rollout.get(("next", *env.reward_key)).sum(dim=(1, 2, 3))
+
+
+def own_landmark_policy(td: TensorDictBase) -> TensorDictBase:
+    """A hand-written policy: agent ``i`` moves along each axis towards landmark ``i`` (its
+    observation holds velocity, position, then each landmark's position relative to it). VMAS's
+    nine discrete moves are ``3 * x + y`` with per-axis 0 stay, 1 negative, 2 positive."""
+    obs = td.get(("agents", "observation"))
+    agents = obs.shape[-2]
+    to_own = torch.stack([obs[..., i, 4 + 2 * i : 6 + 2 * i] for i in range(agents)], dim=-2)
+    axis = torch.where(to_own > 0.05, 2, torch.where(to_own < -0.05, 1, 0))
+    td.set(("agents", "action"), axis[..., 0] * 3 + axis[..., 1])
+    return td
 
 
 def main() -> None:
@@ -107,6 +124,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--no-value-clip", action="store_true", help="an unclipped critic loss (funrl clips it at --clip-eps)"
+    )
+    parser.add_argument(
+        "--bootstrap-at-limit", action="store_true", help="GAE bootstraps at VMAS's step limit (not terminal)"
     )
     parser.add_argument("--eval-episodes", type=int, default=32)
     args = parser.parse_args()
@@ -156,7 +176,7 @@ def main() -> None:
         policy,
         frames_per_batch=frames_per_batch,
         total_frames=frames_per_batch * num_updates,
-        postproc=agents_done(env.reward_key, env.done_keys),
+        postproc=agents_done(env.reward_key, env.done_keys, args.bootstrap_at_limit),
         auto_register_policy_transforms=False,  # a feed-forward policy needs no InitTracker
     )
     buffer = TensorDictReplayBuffer(
@@ -202,6 +222,7 @@ def main() -> None:
             torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
+        explained_variance = float(losses["explained_variance"].mean())
         schedule.step()
         collector.update_policy_weights_()
         done = batch.get(("next", "done")).squeeze(-1)
@@ -214,6 +235,7 @@ def main() -> None:
     eval_env = make_env(args.eval_episodes, args.seed + 1, args.agents)
     greedy = team_returns(eval_env, policy)
     uniform = team_returns(make_env(args.eval_episodes, args.seed + 1, args.agents), None)
+    own_landmark = team_returns(make_env(args.eval_episodes, args.seed + 1, args.agents), own_landmark_policy)
     print(
         json.dumps(
             {
@@ -228,8 +250,11 @@ def main() -> None:
                 "last_10_updates_return": sum(episode_returns[-10:]) / len(episode_returns[-10:]),
                 "first_10_updates_return": sum(episode_returns[:10]) / len(episode_returns[:10]),
                 "return_every_25_updates": episode_returns[::25],
+                "last_update_critic_explained_variance": explained_variance,
+                "last_update_policy_entropy": float(losses["entropy"]),
                 "greedy_return": float(greedy.mean()),
                 "random_policy_return": float(uniform.mean()),
+                "own_landmark_policy_return": float(own_landmark.mean()),
             }
         )
     )
