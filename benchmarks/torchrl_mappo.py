@@ -19,8 +19,8 @@ agent of an episode's rewards) of the last updates' episodes and of a greedy eva
 uniformly random policy's and a hand-written one's (each agent to its own landmark) on the same
 kind of evaluation episodes, and the last update's critic explained variance and policy entropy.
 VMAS's simple_spread gives every agent the whole team's reward (landmark coverage counted once
-per agent), so its returns
-are on another scale than mpe2's: compare each to its own random policy.
+per agent), so its returns are on another scale than mpe2's: compare each to its own random
+policy.
 """
 
 from __future__ import annotations
