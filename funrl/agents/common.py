@@ -497,8 +497,9 @@ def check_finite(
         if name in may_be_nan or name.split("/", 1)[0] in may_be_nan:
             continue
         bad = ~torch.isfinite(values)
-        warming_up = torch.arange(first_update, first_update + values.shape[0]) <= warmup_updates
-        bad &= ~(values.isnan() & warming_up.reshape(-1, *[1] * (values.dim() - 1)))
+        if first_update <= warmup_updates:  # rows of updates that trained nothing may hold NaN
+            warming_up = torch.arange(first_update, first_update + values.shape[0]) <= warmup_updates
+            bad &= ~(values.isnan() & warming_up.reshape(-1, *[1] * (values.dim() - 1)))
         if bool(bad.any()):
             where = torch.nonzero(bad)[0].tolist()
             update = first_update + where[0]

@@ -211,6 +211,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
     )
     buffer = buffers.flat(config.buffer_size)
     target_period = config.target_network_frequency // config.train_frequency
+    warmup = warmup_updates(config.learning_starts, config.steps_per_update)
 
     def optimizer(lr: float | torch.Tensor) -> optim.Optimizer:
         return optim.inject_hyperparams(optim.adam)(learning_rate=lr)
@@ -277,7 +278,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             "terminated": traj.terminated.reshape(n),
         }
         buffer_state = buffer.add(state.buffer, transitions)
-        learning = state.update_count >= warmup_updates(config.learning_starts, n)
+        learning = state.update_count >= warmup
 
         def gradient_step(carry, step_key):
             params, target_params, opt_state, count = carry
@@ -330,7 +331,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
         env_params=env_params,
         device=device,
         static_key=static_key(NAME, config, SWEEPABLE, env, device),
-        warmup_updates=warmup_updates(config.learning_starts, config.steps_per_update),
+        warmup_updates=warmup,
     )
 
 
