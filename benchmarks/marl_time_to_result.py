@@ -1,18 +1,21 @@
-"""MAPPO on simple_spread, time to result: funrl against TorchRL's MAPPO on VMAS, same budget.
+"""MAPPO on simple_spread, time to result: funrl against TorchRL's MAPPO, same budget.
 
 Each side runs in its own process, one after another, with the same env-step budget and the same
 hyper-parameters (funrl's ``MAPPOConfig`` defaults, handed to the peer script's options): funrl
-through ``benchmarks/marl_agents.py`` (one seed, compiled and, with ``--eager``, eager too), and
+through ``benchmarks/marl_agents.py`` (one seed, compiled; with ``--warm`` compiled again, loading
+the step the first run saved; with ``--eager``, eager too), and
 TorchRL through ``benchmarks/torchrl_mappo.py`` under ``--peer-python``, an interpreter with
-torchrl and vmas installed (keep them out of funrl's environment). For each side: wall-clock
+torchrl, vmas and mpe2 installed (keep them out of funrl's environment), on ``--peer-env``: VMAS's
+simple_spread (TorchRL's example) or mpe2's through TorchRL's PettingZoo wrapper (funrl's task
+itself: same rules, reward scale and truncation). For each side: wall-clock
 seconds of the whole process (imports, building, compiling, training, evaluation), CPU seconds
 (the process and the children it waited for, e.g. compile workers), and the team return (the sum
 over agents of an episode's rewards) of the last 10 updates and of a greedy evaluation against a
-uniformly random policy on the same env. The two simple_spread versions score on different
-scales (VMAS hands every agent the whole team's reward), so compare each to its own random policy.
+uniformly random policy on the same env. VMAS's simple_spread scores on another scale (it hands
+every agent the whole team's reward), so compare each to its own random policy.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/marl_time_to_result.py --total-steps 100000 \\
-        --peer-python /tmp/trl/bin/python [--eager] [--peer-reward-scale 0.1667]
+        --peer-python /tmp/trl/bin/python [--peer-env vmas mpe2] [--eager] [--warm] [--peer-reward-scale 0.1667]
 """
 
 from __future__ import annotations
@@ -81,27 +84,45 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--total-steps", type=int, default=100_000, help="env steps, each side")
-    parser.add_argument("--peer-python", help="an interpreter with torchrl and vmas; no peer row without it")
+    parser.add_argument(
+        "--peer-python", help="an interpreter with torchrl, vmas and mpe2; no peer row without it"
+    )
+    parser.add_argument(
+        "--peer-env",
+        nargs="+",
+        choices=("vmas", "mpe2"),
+        default=["vmas"],
+        help="the peer's simple_spread: VMAS's (TorchRL's example) and/or mpe2's (funrl's task)",
+    )
     parser.add_argument("--eager", action="store_true", help="also time funrl eager")
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="also time funrl compiled again, after the first run saved its step",
+    )
     parser.add_argument(
         "--peer-reward-scale",
         type=float,
         default=1.0,
-        help="the peer's --reward-scale: VMAS's simple_spread pays about 6x mpe2's per agent",
+        help="the peer's --reward-scale on VMAS (its simple_spread pays about 6x mpe2's per agent)",
     )
     args = parser.parse_args()
     config = mappo.MAPPOConfig(total_steps=args.total_steps)
     funrl_side = [sys.executable, str(HERE / "marl_agents.py"), "--seeds", "1"]
     funrl_side += ["--total-steps", str(args.total_steps), "--lr", str(config.learning_rate)]
     results = {"funrl MAPPO, compiled (mpe2 simple_spread)": timed_result(funrl_side)}
+    if args.warm:
+        results["funrl MAPPO, compiled, warm (mpe2 simple_spread)"] = timed_result(funrl_side)
     if args.eager:
         results["funrl MAPPO, eager (mpe2 simple_spread)"] = timed_result([*funrl_side, "--no-compile"])
-    if args.peer_python:
+    for env in args.peer_env:
+        name = f"TorchRL MAPPO ({'VMAS' if env == 'vmas' else 'mpe2'} simple_spread)"
+        if not args.peer_python:
+            results[name] = {"not_run": "no --peer-python given"}
+            continue
         peer = [args.peer_python, str(HERE / "torchrl_mappo.py"), "--total-steps", str(args.total_steps)]
-        peer += ["--reward-scale", str(args.peer_reward_scale)]
-        results["TorchRL MAPPO (VMAS simple_spread)"] = timed_result([*peer, *peer_options(config)])
-    else:
-        results["TorchRL MAPPO (VMAS simple_spread)"] = {"not_run": "no --peer-python given"}
+        peer += ["--env", env, "--reward-scale", str(args.peer_reward_scale if env == "vmas" else 1.0)]
+        results[name] = timed_result([*peer, *peer_options(config)])
     for name, result in results.items():
         print(json.dumps({"side": name, **result}))
     print(f"\n{args.total_steps} env steps each; team return = sum over agents of an episode's rewards")

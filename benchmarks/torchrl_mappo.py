@@ -1,18 +1,27 @@
-"""The peer of ``benchmarks/marl_time_to_result.py``: TorchRL's MAPPO on VMAS ``simple_spread``.
+"""The peer of ``benchmarks/marl_time_to_result.py``: TorchRL's MAPPO on ``simple_spread``.
 
 It is TorchRL's multi-agent example (``sota-implementations/multiagent/mappo_ippo.py``, a hydra
 script whose config file the torchrl wheel does not ship) rebuilt from torchrl's public modules
-with funrl's MAPPO hyper-parameters instead of the example's: a ``Collector`` over a batched
-``VmasEnv``, ``MultiAgentMLP`` actor and centralised critic with shared parameters, a categorical
-actor over VMAS's discrete actions (nine: each axis -1, 0 or +1, where mpe2 has five; discrete is
-funrl's simple_spread default), ``ClipPPOLoss`` with
-GAE, minibatches drawn without replacement, Adam with a linear learning-rate decay and a gradient
-norm clip on the actor and on the critic, as funrl's per-network optimisers clip.
+with funrl's MAPPO hyper-parameters instead of the example's: a ``Collector`` over a batched env,
+``MultiAgentMLP`` actor and centralised critic with shared parameters, a categorical actor over
+the discrete actions (discrete is funrl's simple_spread default), ``ClipPPOLoss`` with GAE,
+minibatches drawn without replacement, Adam with a linear learning-rate decay and a gradient norm
+clip on the actor and on the critic, as funrl's per-network optimisers clip.
 
-Run it with an interpreter that has torchrl and vmas (kept out of funrl's environment):
+Two envs (``--env``):
 
-    python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch torchrl vmas
-    OMP_NUM_THREADS=1 /tmp/trl/bin/python benchmarks/torchrl_mappo.py --total-steps 200000
+- ``vmas`` (the example's): VMAS's ``simple_spread``, batched in torch (``VmasEnv``). Its discrete
+  agents have nine moves (each axis -1, 0 or +1, force 1) where mpe2 has five (force 5), every
+  agent is paid the whole team's reward, and VMAS reports its step limit as ``terminated``.
+- ``mpe2``: funrl's own task, mpe2's ``simple_spread_v3`` (the PettingZoo MPE, the rules funrl's
+  ``mpe:simple_spread`` is conformance-tested against) through TorchRL's ``PettingZooWrapper``,
+  ``--num-envs`` copies stepped in this process (``SerialEnv``), the way TorchRL's own MPE
+  tutorials run PettingZoo. Same scale, same truncation, same hyper-parameters as funrl.
+
+Run it with an interpreter that has torchrl, vmas and mpe2 (kept out of funrl's environment):
+
+    python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch torchrl vmas mpe2
+    OMP_NUM_THREADS=1 /tmp/trl/bin/python benchmarks/torchrl_mappo.py --total-steps 200000 [--env mpe2]
 
 It prints one JSON line: the times, env steps per second, the team return (the sum over every
 agent of an episode's rewards) of the last updates' episodes and of a greedy evaluation, a
@@ -37,7 +46,7 @@ from torchrl.collectors import Collector
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
-from torchrl.envs import Compose, RewardScaling, RewardSum, TransformedEnv
+from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, SerialEnv, TransformedEnv
 from torchrl.envs.libs.vmas import VmasEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, ValueOperator
@@ -47,16 +56,34 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 EPISODE_STEPS = 25  # one MPE episode; VMAS's max_steps truncates there
 
 
-def make_env(num_envs: int, seed: int, n_agents: int) -> VmasEnv:
-    return VmasEnv(
-        scenario="simple_spread",
-        num_envs=num_envs,
-        continuous_actions=False,
-        max_steps=EPISODE_STEPS,
-        device="cpu",
-        seed=seed,
-        n_agents=n_agents,
-    )
+def make_env(kind: str, num_envs: int, seed: int, n_agents: int) -> EnvBase:
+    """``num_envs`` simple_spread envs of ``kind`` (vmas or mpe2) as one batched TorchRL env."""
+    if kind == "vmas":
+        return VmasEnv(
+            scenario="simple_spread",
+            num_envs=num_envs,
+            continuous_actions=False,
+            max_steps=EPISODE_STEPS,
+            device="cpu",
+            seed=seed,
+            n_agents=n_agents,
+        )
+    from mpe2 import simple_spread_v3
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+
+    names = [f"agent_{i}" for i in range(n_agents)]
+
+    def one_env() -> PettingZooWrapper:
+        return PettingZooWrapper(
+            simple_spread_v3.parallel_env(N=n_agents, max_cycles=EPISODE_STEPS, continuous_actions=False),
+            group_map={"agents": names},  # VmasEnv's group name, so the rest reads the same keys
+            categorical_actions=True,
+            use_mask=False,
+        )
+
+    env = SerialEnv(num_envs, one_env)
+    env.set_seed(seed)
+    return env
 
 
 def agents_done(reward_key: tuple[str, str], done_keys: list, bootstrap_at_limit: bool) -> callable:  # noqa: ANN001
@@ -78,23 +105,34 @@ def agents_done(reward_key: tuple[str, str], done_keys: list, bootstrap_at_limit
     return postproc
 
 
-def team_returns(env: VmasEnv, policy: ProbabilisticActor | None) -> torch.Tensor:
+def team_returns(env: EnvBase, policy: ProbabilisticActor | None) -> torch.Tensor:
     """One episode in each of ``env``'s parallel envs; each env's sum over agents and steps."""
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(max_steps=EPISODE_STEPS, policy=policy, break_when_any_done=False)
     return rollout.get(("next", *env.reward_key)).sum(dim=(1, 2, 3))
 
 
-def own_landmark_policy(td: TensorDictBase) -> TensorDictBase:
-    """A hand-written policy: agent ``i`` moves along each axis towards landmark ``i`` (its
-    observation holds velocity, position, then each landmark's position relative to it). VMAS's
-    nine discrete moves are ``3 * x + y`` with per-axis 0 stay, 1 negative, 2 positive."""
-    obs = td.get(("agents", "observation"))
-    agents = obs.shape[-2]
-    to_own = torch.stack([obs[..., i, 4 + 2 * i : 6 + 2 * i] for i in range(agents)], dim=-2)
-    axis = torch.where(to_own > 0.05, 2, torch.where(to_own < -0.05, 1, 0))
-    td.set(("agents", "action"), axis[..., 0] * 3 + axis[..., 1])
-    return td
+def own_landmark_policy(kind: str) -> callable:  # noqa: ANN001
+    """A hand-written policy: agent ``i`` moves towards landmark ``i`` (its observation holds
+    velocity, position, then each landmark's position relative to it). VMAS's nine discrete moves
+    are ``3 * x + y`` with per-axis 0 stay, 1 negative, 2 positive, so it moves along both axes;
+    mpe2's five are stay, -x, +x, -y, +y, so it moves along the axis with the larger offset."""
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        obs = td.get(("agents", "observation"))
+        agents = obs.shape[-2]
+        to_own = torch.stack([obs[..., i, 4 + 2 * i : 6 + 2 * i] for i in range(agents)], dim=-2)
+        axis = torch.where(to_own > 0.05, 2, torch.where(to_own < -0.05, 1, 0))
+        if kind == "vmas":
+            action = axis[..., 0] * 3 + axis[..., 1]
+        else:
+            along_y = to_own[..., 1].abs() > to_own[..., 0].abs()
+            direction = torch.where(along_y, axis[..., 1], axis[..., 0])
+            action = torch.where(direction == 0, 0, direction + 2 * along_y.long())
+        td.set(("agents", "action"), action)
+        return td
+
+    return policy
 
 
 def main() -> None:
@@ -102,6 +140,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--total-steps", type=int, default=200_000, help="env steps (each moves every agent)")
+    parser.add_argument(
+        "--env", choices=("vmas", "mpe2"), default="vmas", help="whose simple_spread (see above)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--num-envs", type=int, default=16)
@@ -126,17 +167,23 @@ def main() -> None:
         "--no-value-clip", action="store_true", help="an unclipped critic loss (funrl clips it at --clip-eps)"
     )
     parser.add_argument(
-        "--bootstrap-at-limit", action="store_true", help="GAE bootstraps at VMAS's step limit (not terminal)"
+        "--bootstrap-at-limit",
+        action="store_true",
+        help="GAE bootstraps at VMAS's step limit (not terminal; mpe2 reports it as truncated)",
     )
     parser.add_argument("--eval-episodes", type=int, default=32)
     args = parser.parse_args()
+    if args.bootstrap_at_limit and args.env != "vmas":
+        parser.error(
+            "--bootstrap-at-limit: only for --env vmas (mpe2 already reports its limit as truncated)"
+        )
 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     torch.manual_seed(args.seed)
     frames_per_batch = args.num_envs * EPISODE_STEPS
     num_updates = args.total_steps // frames_per_batch
-    env = make_env(args.num_envs, args.seed, args.agents)
+    env = make_env(args.env, args.num_envs, args.seed, args.agents)
     env = TransformedEnv(
         env,
         Compose(
@@ -176,7 +223,10 @@ def main() -> None:
         policy,
         frames_per_batch=frames_per_batch,
         total_frames=frames_per_batch * num_updates,
-        postproc=agents_done(env.reward_key, env.done_keys, args.bootstrap_at_limit),
+        # PettingZoo's wrapper already gives every agent its done flags; VMAS's are env-level.
+        postproc=agents_done(env.reward_key, env.done_keys, args.bootstrap_at_limit)
+        if args.env == "vmas"
+        else None,
         auto_register_policy_transforms=False,  # a feed-forward policy needs no InitTracker
     )
     buffer = TensorDictReplayBuffer(
@@ -232,14 +282,16 @@ def main() -> None:
     t2 = time.perf_counter()
     cpu2 = time.process_time()
 
-    eval_env = make_env(args.eval_episodes, args.seed + 1, args.agents)
-    greedy = team_returns(eval_env, policy)
-    uniform = team_returns(make_env(args.eval_episodes, args.seed + 1, args.agents), None)
-    own_landmark = team_returns(make_env(args.eval_episodes, args.seed + 1, args.agents), own_landmark_policy)
+    def eval_env() -> EnvBase:
+        return make_env(args.env, args.eval_episodes, args.seed + 1, args.agents)
+
+    greedy = team_returns(eval_env(), policy)
+    uniform = team_returns(eval_env(), None)
+    own_landmark = team_returns(eval_env(), own_landmark_policy(args.env))
     print(
         json.dumps(
             {
-                "peer": "torchrl MAPPO on VMAS simple_spread",
+                "peer": f"torchrl MAPPO on {args.env} simple_spread",
                 "torch": torch.__version__,
                 "setup_s": t1 - t0,
                 "train_s": t2 - t1,
