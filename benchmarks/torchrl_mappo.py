@@ -15,8 +15,8 @@ Two envs (``--env``):
   agent is paid the whole team's reward, and VMAS reports its step limit as ``terminated``.
 - ``mpe2``: funrl's own task, mpe2's ``simple_spread_v3`` (the PettingZoo MPE, the rules funrl's
   ``mpe:simple_spread`` is conformance-tested against) through TorchRL's ``PettingZooWrapper``,
-  ``--num-envs`` copies stepped in this process (``SerialEnv``), the way TorchRL's own MPE
-  tutorials run PettingZoo. Same scale, same truncation, same hyper-parameters as funrl.
+  the wrapper TorchRL's own MPE tutorial uses, ``--num-envs`` copies stepped one after another in
+  this process (``SerialEnv``). Same scale, same truncation, same hyper-parameters as funrl.
 
 Run it with an interpreter that has torchrl, vmas and mpe2 (kept out of funrl's environment):
 
