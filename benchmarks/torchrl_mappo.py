@@ -16,7 +16,8 @@ Two envs (``--env``):
 - ``mpe2``: funrl's own task, mpe2's ``simple_spread_v3`` (the PettingZoo MPE, the rules funrl's
   ``mpe:simple_spread`` is conformance-tested against) through TorchRL's ``PettingZooWrapper``,
   the wrapper TorchRL's own MPE tutorial uses, ``--num-envs`` copies stepped one after another in
-  this process (``SerialEnv``). Same scale, same truncation, same hyper-parameters as funrl.
+  this process (``SerialEnv``; ``--env-workers N``: a ``ParallelEnv`` of N processes instead). Same
+  scale, same truncation, same hyper-parameters as funrl.
 
 Run it with an interpreter that has torchrl, vmas and mpe2 (kept out of funrl's environment):
 
@@ -35,6 +36,7 @@ policy.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -46,7 +48,15 @@ from torchrl.collectors import Collector
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
-from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, SerialEnv, TransformedEnv
+from torchrl.envs import (
+    Compose,
+    EnvBase,
+    ParallelEnv,
+    RewardScaling,
+    RewardSum,
+    SerialEnv,
+    TransformedEnv,
+)
 from torchrl.envs.libs.vmas import VmasEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, ValueOperator
@@ -56,8 +66,24 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 EPISODE_STEPS = 25  # one MPE episode; VMAS's max_steps truncates there
 
 
-def make_env(kind: str, num_envs: int, seed: int, n_agents: int) -> EnvBase:
-    """``num_envs`` simple_spread envs of ``kind`` (vmas or mpe2) as one batched TorchRL env."""
+def mpe2_env(n_agents: int) -> EnvBase:
+    """One mpe2 ``simple_spread_v3`` through TorchRL's ``PettingZooWrapper`` (module level, so a
+    ``ParallelEnv`` worker can build it)."""
+    from mpe2 import simple_spread_v3
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+
+    return PettingZooWrapper(
+        simple_spread_v3.parallel_env(N=n_agents, max_cycles=EPISODE_STEPS, continuous_actions=False),
+        group_map={"agents": [f"agent_{i}" for i in range(n_agents)]},  # VmasEnv's group name
+        categorical_actions=True,
+        use_mask=False,
+    )
+
+
+def make_env(kind: str, num_envs: int, seed: int, n_agents: int, workers: int = 1) -> EnvBase:
+    """``num_envs`` simple_spread envs of ``kind`` (vmas or mpe2) as one batched TorchRL env; mpe2's
+    copies in one ``SerialEnv``, or with ``workers`` > 1 in a ``ParallelEnv`` of that many
+    processes, each a ``SerialEnv`` of its share."""
     if kind == "vmas":
         return VmasEnv(
             scenario="simple_spread",
@@ -68,20 +94,11 @@ def make_env(kind: str, num_envs: int, seed: int, n_agents: int) -> EnvBase:
             seed=seed,
             n_agents=n_agents,
         )
-    from mpe2 import simple_spread_v3
-    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
-
-    names = [f"agent_{i}" for i in range(n_agents)]
-
-    def one_env() -> PettingZooWrapper:
-        return PettingZooWrapper(
-            simple_spread_v3.parallel_env(N=n_agents, max_cycles=EPISODE_STEPS, continuous_actions=False),
-            group_map={"agents": names},  # VmasEnv's group name, so the rest reads the same keys
-            categorical_actions=True,
-            use_mask=False,
-        )
-
-    env = SerialEnv(num_envs, one_env)
+    one_env = functools.partial(mpe2_env, n_agents)
+    if workers == 1:
+        env = SerialEnv(num_envs, one_env)
+    else:
+        env = ParallelEnv(workers, functools.partial(SerialEnv, num_envs // workers, one_env))
     env.set_seed(seed)
     return env
 
@@ -143,6 +160,12 @@ def main() -> None:
     parser.add_argument(
         "--env", choices=("vmas", "mpe2"), default="vmas", help="whose simple_spread (see above)"
     )
+    parser.add_argument(
+        "--env-workers",
+        type=int,
+        default=1,
+        help="mpe2 only: step the copies in a ParallelEnv of this many processes (default: SerialEnv)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--num-envs", type=int, default=16)
@@ -173,6 +196,10 @@ def main() -> None:
     )
     parser.add_argument("--eval-episodes", type=int, default=32)
     args = parser.parse_args()
+    if args.env_workers > 1 and (args.env != "mpe2" or args.num_envs % args.env_workers):
+        parser.error(
+            f"--env-workers: only for --env mpe2, dividing --num-envs={args.num_envs}; got {args.env_workers}"
+        )
     if args.bootstrap_at_limit and args.env != "vmas":
         parser.error(
             "--bootstrap-at-limit: only for --env vmas (mpe2 already reports its limit as truncated)"
@@ -183,7 +210,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     frames_per_batch = args.num_envs * EPISODE_STEPS
     num_updates = args.total_steps // frames_per_batch
-    env = make_env(args.env, args.num_envs, args.seed, args.agents)
+    env = make_env(args.env, args.num_envs, args.seed, args.agents, args.env_workers)
     env = TransformedEnv(
         env,
         Compose(
