@@ -289,10 +289,11 @@ def sb3_progress(what: str, start: float, deadline: float) -> Any:
 
 
 def run_sb3(algo: str, config: Any, seeds: int, args: argparse.Namespace) -> dict:
-    """``seeds`` SB3 runs one after the other; the wall-clock is their sum."""
+    """``seeds`` SB3 runs one after the other, from seed ``args.sb3_first_seed``; the wall-clock
+    is their sum."""
     wall, cpu, per_seed = 0.0, 0.0, []
     deadline = time.perf_counter() + args.max_minutes * 60
-    for seed in range(seeds):
+    for seed in range(args.sb3_first_seed, args.sb3_first_seed + seeds):
         model = make_sb3(algo, config, seed)
         start, cpu_start = time.perf_counter(), time.process_time()
         if start >= deadline:
@@ -345,14 +346,22 @@ def table(results: dict, steps: dict[str, int]) -> list[str]:
 
 
 def merged(paths: list[Path]) -> tuple[dict, dict[str, int]]:
-    """The results and budgets of several ``--out`` files (one side or agent each) as one run's."""
+    """The results and budgets of several ``--out`` files (one side or agent each, or some seeds
+    of one side: their seeds are listed together, their seconds summed) as one run's."""
     results: dict[str, dict[str, dict]] = {}
     steps: dict[str, int] = {}
     for path in paths:
         run = json.loads(path.read_text())
         steps.update(run["steps"])
         for algo, contestants in run["results"].items():
-            results.setdefault(algo, {}).update(contestants)
+            for name, result in contestants.items():
+                earlier = results.setdefault(algo, {}).get(name)
+                if earlier is None:
+                    results[algo][name] = result
+                    continue
+                for field in ("wall_s", "cpu_s"):
+                    earlier[field] += result[field]
+                earlier["seeds"] = earlier["seeds"] + result["seeds"]
     return results, steps
 
 
@@ -388,6 +397,12 @@ def main() -> None:
         "--seeds-in-turn", action="store_true", help="funrl's seeds one after the other, not vmapped"
     )
     parser.add_argument("--sb3-seeds", type=int, default=1, help="SB3's seeds, one run each")
+    parser.add_argument(
+        "--sb3-first-seed",
+        type=int,
+        default=0,
+        help="SB3's first seed (seeds of one side in several processes)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny budget, funrl eager")
     parser.add_argument("--no-compile", action="store_true", help="funrl eager (--quick implies it)")
     parser.add_argument(
