@@ -39,6 +39,7 @@ import argparse
 import functools
 import json
 import time
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDictBase
@@ -129,7 +130,7 @@ def team_returns(env: EnvBase, policy: ProbabilisticActor | None) -> torch.Tenso
     return rollout.get(("next", *env.reward_key)).sum(dim=(1, 2, 3))
 
 
-def own_landmark_policy(kind: str) -> callable:  # noqa: ANN001
+def own_landmark_policy(kind: str) -> Callable[[TensorDictBase], TensorDictBase]:
     """A hand-written policy: agent ``i`` moves towards landmark ``i`` (its observation holds
     velocity, position, then each landmark's position relative to it). VMAS's nine discrete moves
     are ``3 * x + y`` with per-axis 0 stay, 1 negative, 2 positive, so it moves along both axes;
