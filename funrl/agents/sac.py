@@ -469,7 +469,7 @@ def make_train(
         )
         carry, metrics = gradient_phase(
             learning, gradient_step, carry, random.split(key_train, config.gradient_steps), METRICS,
-            waiting_metrics=lambda carry: {"alpha": carry[4].exp()},
+            waiting_metrics=lambda _: {"alpha": state.log_alpha.exp()},  # the carry is kept while waiting
         )  # fmt: skip
         params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
         metrics.update(episode)
