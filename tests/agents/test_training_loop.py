@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from funrl import control, tree
 from funrl.agents import common, dqn
@@ -101,6 +103,17 @@ def test_check_finite_allows_nan_only_in_the_updates_before_learning_starts() ->
     with pytest.raises(common.NonFiniteError, match=r"non-finite loss \(inf\) at update 1, seed 1"):
         common.check_finite({"loss": torch.tensor([[nan, inf]])}, first_update=1, warmup_updates=4)
     common.check_finite({"loss": torch.tensor([nan, nan])}, first_update=1, warmup_updates=2)
+
+
+@given(learning_starts=st.integers(0, 5000), steps_per_update=st.integers(1, 64))
+def test_warmup_updates_end_where_the_buffer_first_holds_more_than_learning_starts(
+    learning_starts: int, steps_per_update: int
+) -> None:
+    """Update ``u`` (from 1) learns exactly when ``u * steps_per_update > learning_starts``
+    (CleanRL's ``global_step > learning_starts``)."""
+    warmup = common.warmup_updates(learning_starts, steps_per_update)
+    for u in range(max(1, warmup - 2), warmup + 3):
+        assert (u > warmup) == (u * steps_per_update > learning_starts), u
 
 
 def _counted_gradient_step(calls: list[int]):
