@@ -193,7 +193,7 @@ def train_seeds(agent: common.Agent, keys: torch.Tensor, deadline: float, args: 
             "greedy": greedy_return(
                 agent, params, observation_stats(agent.env, env_state), eval_key, args.eval_episodes
             ),
-            "steps_done": done * agent.steps_per_update, "steps": steps, "returns": curve,
+            "steps_done": done * agent.steps_per_update, "steps": steps, "returns": curve, "seed": i,
         })  # fmt: skip
     return {
         "wall_s": wall, "cpu_s": cpu, "first_update_s": first_update_s,
@@ -221,7 +221,7 @@ def run_funrl(algo: str, config: Any, args: argparse.Namespace) -> dict:
         "cpu_s": sum(r["cpu_s"] for r in runs),
         "first_update_s": runs[0]["first_update_s"],
         "first_update_cpu_s": runs[0]["first_update_cpu_s"],
-        "seeds": [r["seeds"][0] for r in runs],
+        "seeds": [{**r["seeds"][0], "seed": i} for i, r in enumerate(runs)],
     }
 
 
@@ -308,7 +308,7 @@ def run_sb3(algo: str, config: Any, seeds: int, args: argparse.Namespace) -> dic
             "final": float(np.mean(rewards[-args.final_episodes:])) if rewards else float("nan"),
             "greedy": sb3_greedy_return(model, config, seed, args.eval_episodes),
             "steps_done": model.num_timesteps,
-            "steps": np.cumsum(lengths).tolist(), "returns": [float(r) for r in rewards],
+            "steps": np.cumsum(lengths).tolist(), "returns": [float(r) for r in rewards], "seed": seed,
         })  # fmt: skip
     return {"wall_s": wall, "cpu_s": cpu, "seeds": per_seed}
 
@@ -359,6 +359,11 @@ def merged(paths: list[Path]) -> tuple[dict, dict[str, int]]:
                 if earlier is None:
                     results[algo][name] = result
                     continue
+                again = {r.get("seed") for r in earlier["seeds"]} & {r.get("seed") for r in result["seeds"]}
+                if again - {None}:
+                    raise ValueError(
+                        f"--merge: {name}'s {algo} seed {sorted(again - {None})} is in two files ({path})"
+                    )
                 for field in ("wall_s", "cpu_s"):
                     earlier[field] += result[field]
                 earlier["seeds"] = earlier["seeds"] + result["seeds"]

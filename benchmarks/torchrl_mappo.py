@@ -104,7 +104,9 @@ def make_env(kind: str, num_envs: int, seed: int, n_agents: int, workers: int = 
     return env
 
 
-def agents_done(reward_key: tuple[str, str], done_keys: list, bootstrap_at_limit: bool) -> callable:  # noqa: ANN001
+def agents_done(
+    reward_key: tuple[str, str], done_keys: list, bootstrap_at_limit: bool
+) -> Callable[[TensorDictBase], TensorDictBase]:
     """Copy the env-level done flags under the agents' group, shaped like their reward, where GAE
     and the loss read them (what the example's ``DoneTransform`` does). VMAS reports its step
     limit as ``terminated``; ``bootstrap_at_limit`` clears the agents' copy, so GAE bootstraps
