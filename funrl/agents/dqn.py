@@ -252,7 +252,10 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
     def update(state: DQNTrainState, key: torch.Tensor) -> tuple[DQNTrainState, dict[str, torch.Tensor]]:
-        key_rollout, key_train = random.split(key)
+        # One split for the rollout and every gradient step: a split costs its Threefry rounds
+        # (eager ops, graph nodes) whatever its size.
+        keys = random.split(key, 1 + config.gradient_steps)
+        key_rollout, step_keys = keys[0], keys[1:]
         hp = state.hparams
         env_steps = state.update_count * config.steps_per_update
         exploration_steps = torch.clamp(hp.exploration_fraction * config.total_steps, min=1.0)
@@ -298,7 +301,6 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
             return carry, {"loss": loss, **metrics, "grad_norm": optim.global_norm(grads)}
 
         carry = (state.params, state.target_params, state.opt_state, state.gradient_count)
-        step_keys = random.split(key_train, config.gradient_steps)
         (params, target_params, opt_state, gradient_count), metrics = gradient_phase(
             learning, gradient_step, carry, step_keys, METRICS
         )

@@ -616,7 +616,9 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         return out
 
     def update(state: MAPPOTrainState, key: torch.Tensor) -> tuple[MAPPOTrainState, dict[str, torch.Tensor]]:
-        key_rollout, key_epochs = random.split(key)
+        # One split for the rollout and every epoch: a split costs its Threefry rounds whatever its size.
+        keys = random.split(key, 1 + config.update_epochs)
+        key_rollout, epoch_keys = keys[0], keys[1:]
         rollout_state, traj = envs.rollout(
             benv,
             env_params,
@@ -654,7 +656,6 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         # unshared params still meet their own agent's data on the agent axis.
         data = {k: v.reshape(batch_size, *v.shape[2:]) for k, v in data.items()}
 
-        epoch_keys = random.split(key_epochs, config.update_epochs)
         orders = torch.func.vmap(lambda k: random.permutation(k, batch_size))(epoch_keys)
         orders = orders.reshape(gradient_steps, minibatch_size)
 

@@ -274,7 +274,10 @@ def make_train(
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
     def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
-        key_rollout, key_epochs = random.split(key)
+        # One split for the rollout and every epoch: a split costs its Threefry rounds (eager ops,
+        # graph nodes) whatever its size.
+        keys = random.split(key, 1 + config.update_epochs)
+        key_rollout, epoch_keys = keys[0], keys[1:]
         rollout_state, traj = envs.rollout(
             benv,
             env_params,
@@ -312,7 +315,6 @@ def make_train(
 
         # One vmapped permutation for all epochs: each Threefry call site costs inductor compile
         # time, so the epochs share one.
-        epoch_keys = random.split(key_epochs, config.update_epochs)
         orders = torch.func.vmap(lambda k: random.permutation(k, batch_size))(epoch_keys)
         orders = orders.reshape(gradient_steps, minibatch_size)
 

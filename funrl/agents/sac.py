@@ -396,7 +396,10 @@ def make_train(
     alpha_grad = torch.func.grad_and_value(temperature_share, has_aux=True)
 
     def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
-        key_rollout, key_train = random.split(key)
+        # One split for the rollout and every gradient step's three keys: a split costs its
+        # Threefry rounds whatever its size.
+        keys = random.split(key, 1 + 3 * config.gradient_steps)
+        key_rollout, step_keys = keys[0], keys[1:].reshape(config.gradient_steps, 3, 2)
         warming_up = state.update_count * n < config.learning_starts
         actor_params = state.params["actor"]
         hp = state.hparams
@@ -416,9 +419,9 @@ def make_train(
         buffer_state = buffer.add(state.buffer, transitions)
         learning = state.update_count >= warmup
 
-        def gradient_step(carry, step_key):
+        def gradient_step(carry, three_keys):
             params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry
-            key_sample, key_critic, key_actor = random.split(step_key, 3)
+            key_sample, key_critic, key_actor = three_keys
             batch = sample_my_rows(buffer_state, key_sample)
             alpha = log_alpha.exp().detach()
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
@@ -468,7 +471,7 @@ def make_train(
             state.alpha_opt,
         )
         carry, metrics = gradient_phase(
-            learning, gradient_step, carry, random.split(key_train, config.gradient_steps), METRICS,
+            learning, gradient_step, carry, step_keys, METRICS,
             waiting_metrics=lambda _: {"alpha": state.log_alpha.exp()},  # the carry is kept while waiting
         )  # fmt: skip
         params, target_critic, actor_opt, critic_opt, log_alpha, alpha_opt = carry

@@ -192,7 +192,10 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     actor_grad = torch.func.grad_and_value(L.td3_actor_objective, has_aux=True)
 
     def update(state: TD3TrainState, key: torch.Tensor) -> tuple[TD3TrainState, dict[str, torch.Tensor]]:
-        key_rollout, key_train = random.split(key)
+        # One split for the rollout and every gradient step's two keys: a split costs its
+        # Threefry rounds whatever its size.
+        keys = random.split(key, 1 + 2 * config.gradient_steps)
+        key_rollout, step_keys = keys[0], keys[1:].reshape(config.gradient_steps, 2, 2)
         warming_up = state.update_count * n < config.learning_starts
         actor_params = state.params["actor"]
         hp = state.hparams
@@ -209,9 +212,9 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
         buffer_state = buffer.add(state.buffer, transitions)
         learning = state.update_count >= warmup
 
-        def gradient_step(carry, step_key):
+        def gradient_step(carry, two_keys):
             params, target_params, actor_opt, critic_opt, count = carry
-            key_sample, key_noise = random.split(step_key)
+            key_sample, key_noise = two_keys
             batch = buffer.sample(buffer_state, key_sample, config.batch_size).items
             critic_grads, (critic_loss, critic_metrics) = critic_grad(
                 params["critic"], target_params["actor"], target_params["critic"], batch, key_noise,
@@ -250,7 +253,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
 
         carry = (state.params, state.target_params, state.actor_opt, state.critic_opt, state.gradient_count)
         carry, metrics = gradient_phase(
-            learning, gradient_step, carry, random.split(key_train, config.gradient_steps), METRICS
+            learning, gradient_step, carry, step_keys, METRICS
         )
         params, target_params, actor_opt, critic_opt, gradient_count = carry
         metrics.update(episode)

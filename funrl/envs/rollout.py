@@ -1,7 +1,7 @@
 """``rollout``: the pure, time-major trajectory collector on-policy agents call.
 
-PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` splits ``fold_in(key, t)``
-into a policy key and an environment key, asks ``policy_fn`` for an action (and any extras:
+PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` takes a policy key and an
+environment key, rows ``2t`` and ``2t + 1`` of ``split(key, 2 * T)``, asks ``policy_fn`` for an action (and any extras:
 log-probabilities, values), steps the environment (auto-reset) and records the transition. The
 loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE
 graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``; both give the same
@@ -12,6 +12,8 @@ environment's ``draw_step`` (its step keys and auto-reset states) and the policy
 ``policy_draw`` (e.g. a distribution's ``noise``). Each draw is a few hundred integer ops
 whatever its size, so one call instead of ``T`` is most of an eager rollout's time; compiled, the
 loop body keeps only the transition. The values are those of drawing inside the loop (tested).
+The step keys come from one ``split`` for the same reason, and ``2t``, ``2t + 1`` do not depend on
+``T``: a shorter rollout with the same key takes the same first steps.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def rollout(
         policy_fn: ``policy_fn(drawn, obs) -> (action, extras)``; ``drawn`` is the step's policy
             key, or ``policy_draw`` of it; ``extras`` is any pytree of tensors (``{}`` for none),
             stacked over time in the trajectory.
-        key: a PRNG key; step ``t`` uses keys derived from ``fold_in(key, t)``.
+        key: a PRNG key; step ``t`` uses ``split(key, 2 * num_steps)[2t]`` for the policy and
+            ``[2t + 1]`` for the environment.
         state: ``(obs, env_state)`` as returned by ``env.reset`` or by a previous rollout.
         num_steps: number of steps ``T``.
         policy_draw: ``policy_draw(key) -> drawn``, the random values ``policy_fn`` needs from its
@@ -103,11 +106,12 @@ def rollout(
     env_params = env.default_params if env_params is None else env_params
     policy_draw = _the_key if policy_draw is None else policy_draw
 
-    def draws(t: torch.Tensor) -> tuple[Any, Any]:
-        key_policy, key_env = random.split(random.fold_in(key, t))
+    def draws(step_keys: torch.Tensor) -> tuple[Any, Any]:
+        key_policy, key_env = step_keys
         return policy_draw(key_policy), env.draw_step(key_env, env_params)
 
-    step_draws = torch.func.vmap(draws, randomness="error")(torch.arange(num_steps, device=key.device))
+    step_keys = random.split(key, 2 * num_steps).reshape(num_steps, 2, 2)
+    step_draws = torch.func.vmap(draws, randomness="error")(step_keys)
 
     def one_step(carry: RolloutState, drawn: tuple[Any, Any]) -> tuple[RolloutState, Trajectory]:
         policy_drawn, env_drawn = drawn

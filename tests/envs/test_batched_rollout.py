@@ -205,8 +205,9 @@ def test_batched_view_rejects_bad_input():
 def manual_rollout(env, params, policy, key, obs, state, num_steps):
     """The loop ``rollout`` promises, written out."""
     records = []
+    step_keys = random.split(key, 2 * num_steps)
     for t in range(num_steps):
-        key_policy, key_env = random.split(random.fold_in(key, t))
+        key_policy, key_env = step_keys[2 * t], step_keys[2 * t + 1]
         action, extras = policy(key_policy, obs)
         next_obs, state, reward, terminated, truncated, info = env.step(key_env, state, action, params)
         records.append((obs, action, reward, terminated, truncated, info["final_obs"], extras))
@@ -286,6 +287,18 @@ def test_rollout_drawing_ahead_equals_stepping_with_keys(env_id, wrap):
             ),
             (o, a, r, term, trunc, final),
         )
+
+
+def test_a_shorter_rollout_takes_the_same_first_steps():
+    # Step t's keys are rows 2t and 2t + 1 of one split: they do not depend on the rollout's length.
+    env, params = E.make("CartPole-v1")
+    batched = E.vmap(env, 3)
+    obs, state = batched.reset(random.key(0), params)
+    _, short = E.rollout(batched, params, random_policy(2), random.key(4), (obs, state), 5)
+    _, long = E.rollout(batched, params, random_policy(2), random.key(4), (obs, state), 12)
+    assert ftree.tree_equal(short, ftree.map(lambda x: x[:5], long))
+    _, other = E.rollout(batched, params, random_policy(2), random.key(5), (obs, state), 5)
+    assert not torch.equal(other.action, short.action)
 
 
 def test_rollout_single_env_and_bad_input():
