@@ -506,12 +506,12 @@ def test_mappo_learns_to_spread_better_than_a_random_policy() -> None:
 
 @pytest.mark.slow
 def test_the_adversary_learns_while_the_good_agents_learn_too() -> None:
-    """simple_adversary, both teams trained at once for 4k env steps (10 updates): the adversary's
+    """simple_adversary, both teams trained at once for 8k env steps (20 updates): the adversary's
     greedy policy, played against uniformly random good agents, brings it closer to the goal it
     must infer than a uniform adversary gets on the same 64 evaluation episodes (paired by their
     keys: the same starts, the same good agents' actions). The good agents are not held to a
     margin: they face a learning adversary, so their return against it moves both ways."""
-    agent = mappo.make_train(mappo.MAPPOConfig(env_id="mpe:simple_adversary", total_steps=16 * 25 * 10))
+    agent = mappo.make_train(mappo.MAPPOConfig(env_id="mpe:simple_adversary", total_steps=16 * 25 * 20))
     state, metrics = agent(random.key(0), compile=False)
     assert {"episode_return/adversary", "episode_return/agent"} <= set(metrics)
     uniform = mappo.uniform_policy(agent)
