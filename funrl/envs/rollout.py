@@ -1,11 +1,11 @@
 """``rollout``: the pure, time-major trajectory collector on-policy agents call.
 
 PureJaxRL's ``_env_step`` inside ``jax.lax.scan``, in torch: step ``t`` takes a policy key and an
-environment key, rows ``2t`` and ``2t + 1`` of ``split(key, 2 * T)``, asks ``policy_fn`` for an action (and any extras:
-log-probabilities, values), steps the environment (auto-reset) and records the transition. The
-loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in eager mode and as ONE
-graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``; both give the same
-numbers (tested).
+environment key, rows ``2t`` and ``2t + 1`` of ``split(key, 2 * T)``, asks ``policy_fn`` for an
+action (and any extras: log-probabilities, values), steps the environment (auto-reset) and records
+the transition. The loop goes through :func:`funrl.control.scan`, so it runs as a Python loop in
+eager mode and as ONE graph (the scan higher-order op) under ``torch.compile(fullgraph=True)``;
+both give the same numbers (tested).
 
 Everything random is drawn before the loop, for all ``T`` steps in one batched call: the
 environment's ``draw_step`` (its step keys and auto-reset states) and the policy's
