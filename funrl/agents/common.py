@@ -41,6 +41,7 @@ __all__ = [
     "seed_keys",
     "static_key",
     "sweepable_values",
+    "update_keys",
     "train",
     "warmup_updates",
     "with_num_envs",
@@ -235,6 +236,18 @@ def episode_metrics(info: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def masked(active: torch.Tensor, new: Any, old: Any) -> Any:
     """``new`` where ``active`` else ``old``, leaf by leaf (branch-free)."""
     return ftree.map(lambda n, o: torch.where(active, n, o), new, old)
+
+
+def update_keys(key: torch.Tensor, num_steps: int, keys_per_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """An update's rollout key and the keys of its ``num_steps`` gradient steps (or epochs), all
+    from one ``split`` (a split costs its Threefry rounds whatever its size, so no chain of them).
+
+    Returns ``(key_rollout [2], step_keys)``: ``step_keys`` is ``[num_steps, 2]``, or
+    ``[num_steps, keys_per_step, 2]`` when a step needs ``keys_per_step > 1`` keys.
+    """
+    keys = random.split(key, 1 + num_steps * keys_per_step)
+    step_shape = (num_steps, keys_per_step, 2) if keys_per_step > 1 else (num_steps, 2)
+    return keys[0], keys[1:].reshape(step_shape)
 
 
 def warmup_updates(learning_starts: int, steps_per_update: int) -> int:

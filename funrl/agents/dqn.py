@@ -60,6 +60,7 @@ from funrl.agents.common import (
     replay_example,
     static_key,
     sweepable_values,
+    update_keys,
     warmup_updates,
 )
 from funrl.agents.networks import make_network
@@ -252,10 +253,7 @@ def make_train(config: DQNConfig, env: BatchedEnvLike | None = None, device: str
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
     def update(state: DQNTrainState, key: torch.Tensor) -> tuple[DQNTrainState, dict[str, torch.Tensor]]:
-        # One split for the rollout and every gradient step: a split costs its Threefry rounds
-        # (eager ops, graph nodes) whatever its size.
-        keys = random.split(key, 1 + config.gradient_steps)
-        key_rollout, step_keys = keys[0], keys[1:]
+        key_rollout, step_keys = update_keys(key, config.gradient_steps)
         hp = state.hparams
         env_steps = state.update_count * config.steps_per_update
         exploration_steps = torch.clamp(hp.exploration_fraction * config.total_steps, min=1.0)

@@ -75,6 +75,7 @@ from funrl.agents.common import (
     float32_tensors,
     static_key,
     sweepable_values,
+    update_keys,
     with_num_envs,
 )
 from funrl.agents.registry import register_agent
@@ -616,9 +617,7 @@ def make_train(config: MAPPOConfig, env: MultiAgentEnv | None = None, device: st
         return out
 
     def update(state: MAPPOTrainState, key: torch.Tensor) -> tuple[MAPPOTrainState, dict[str, torch.Tensor]]:
-        # One split for the rollout and every epoch: a split costs its Threefry rounds whatever its size.
-        keys = random.split(key, 1 + config.update_epochs)
-        key_rollout, epoch_keys = keys[0], keys[1:]
+        key_rollout, epoch_keys = update_keys(key, config.update_epochs)
         rollout_state, traj = envs.rollout(
             benv,
             env_params,

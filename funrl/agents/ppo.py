@@ -41,6 +41,7 @@ from funrl.agents.common import (
     make_batched_env,
     static_key,
     sweepable_values,
+    update_keys,
 )
 from funrl.agents.networks import check_network, make_network
 from funrl.agents.registry import register_agent
@@ -274,10 +275,7 @@ def make_train(
     grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
 
     def update(state: PPOTrainState, key: torch.Tensor) -> tuple[PPOTrainState, dict[str, torch.Tensor]]:
-        # One split for the rollout and every epoch: a split costs its Threefry rounds (eager ops,
-        # graph nodes) whatever its size.
-        keys = random.split(key, 1 + config.update_epochs)
-        key_rollout, epoch_keys = keys[0], keys[1:]
+        key_rollout, epoch_keys = update_keys(key, config.update_epochs)
         rollout_state, traj = envs.rollout(
             benv,
             env_params,

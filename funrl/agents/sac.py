@@ -65,6 +65,7 @@ from funrl.agents.common import (
     replay_example,
     static_key,
     sweepable_values,
+    update_keys,
     warmup_updates,
 )
 from funrl.agents.networks import make_network
@@ -396,10 +397,7 @@ def make_train(
     alpha_grad = torch.func.grad_and_value(temperature_share, has_aux=True)
 
     def update(state: SACTrainState, key: torch.Tensor) -> tuple[SACTrainState, dict[str, torch.Tensor]]:
-        # One split for the rollout and every gradient step's three keys: a split costs its
-        # Threefry rounds whatever its size.
-        keys = random.split(key, 1 + 3 * config.gradient_steps)
-        key_rollout, step_keys = keys[0], keys[1:].reshape(config.gradient_steps, 3, 2)
+        key_rollout, step_keys = update_keys(key, config.gradient_steps, keys_per_step=3)
         warming_up = state.update_count * n < config.learning_starts
         actor_params = state.params["actor"]
         hp = state.hparams

@@ -49,6 +49,7 @@ from funrl.agents.common import (
     replay_example,
     static_key,
     sweepable_values,
+    update_keys,
     warmup_updates,
 )
 from funrl.agents.networks import make_network
@@ -192,10 +193,7 @@ def make_train(config: TD3Config, env: BatchedEnvLike | None = None, device: str
     actor_grad = torch.func.grad_and_value(L.td3_actor_objective, has_aux=True)
 
     def update(state: TD3TrainState, key: torch.Tensor) -> tuple[TD3TrainState, dict[str, torch.Tensor]]:
-        # One split for the rollout and every gradient step's two keys: a split costs its
-        # Threefry rounds whatever its size.
-        keys = random.split(key, 1 + 2 * config.gradient_steps)
-        key_rollout, step_keys = keys[0], keys[1:].reshape(config.gradient_steps, 2, 2)
+        key_rollout, step_keys = update_keys(key, config.gradient_steps, keys_per_step=2)
         warming_up = state.update_count * n < config.learning_starts
         actor_params = state.params["actor"]
         hp = state.hparams

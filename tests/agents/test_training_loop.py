@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from funrl import control, tree
+from funrl import control, random, tree
 from funrl.agents import common, dqn
 
 TINY = dqn.DQNConfig(env_id="CartPole-v1", total_steps=64, learning_starts=16, buffer_size=64, batch_size=8)
@@ -156,3 +156,14 @@ def test_gradient_phase_skips_its_steps_eagerly_and_keeps_the_carry_when_traced(
     batched = torch.func.vmap(phase)(tree.map(lambda x: x.unsqueeze(0), carry))
     assert len(calls) == 3
     torch.testing.assert_close(tree.index(batched, 0), eager, rtol=0, atol=0, equal_nan=True)
+
+
+def test_update_keys_are_the_rows_of_one_split() -> None:
+    key = random.key(7)
+    rollout_key, step_keys = common.update_keys(key, 4)
+    rows = random.split(key, 5)
+    assert torch.equal(rollout_key, rows[0]) and torch.equal(step_keys, rows[1:])
+    rollout_key, step_keys = common.update_keys(key, 4, keys_per_step=3)
+    rows = random.split(key, 13)
+    assert step_keys.shape == (4, 3, 2)
+    assert torch.equal(rollout_key, rows[0]) and torch.equal(step_keys[2, 1], rows[1 + 2 * 3 + 1])
