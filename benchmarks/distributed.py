@@ -104,8 +104,6 @@ def worker(args: argparse.Namespace) -> None:
         }
     if rank == 0:
         print("BENCH " + json.dumps({"procs": world, "mode": args.mode, **result}), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def dataclass_replace(config: Any, **changes: Any) -> Any:

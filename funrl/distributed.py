@@ -40,6 +40,7 @@ one on disk always loads.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import functools
@@ -95,11 +96,23 @@ def _group_up() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+_group_made: Any = None
+"""The process group :func:`init` made, if any (the one destroyed at exit)."""
+
+
+def _destroy_at_exit() -> None:
+    # Before the interpreter's finalisation: left to it, gloo's worker threads can outlive it and
+    # abort the process (SIGABRT, pytorch/pytorch#190489) after a successful run.
+    if _group_up() and dist.group.WORLD is _group_made:
+        dist.destroy_process_group()
+
+
 def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Join the process group torchrun describes (gloo on CPU, NCCL on CUDA); True if one is up.
 
     A no-op returning False outside torchrun, and when the group exists already (a caller that
-    made its own). On CUDA each rank uses ``cuda:LOCAL_RANK``.
+    made its own). On CUDA each rank uses ``cuda:LOCAL_RANK``. A group it makes is destroyed when
+    the interpreter exits.
     """
     if _group_up():
         return True
@@ -111,6 +124,10 @@ def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
+    global _group_made
+    if _group_made is None:
+        atexit.register(_destroy_at_exit)
+    _group_made = dist.group.WORLD
     return True
 
 
@@ -118,17 +135,18 @@ def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_
 def process_group(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[bool]:
     """:func:`init` for the ``with`` block; True inside if a process group is up.
 
-    A group this call made is destroyed when the block ends normally, after a barrier (every rank
-    has finished its collectives): left to the interpreter's exit, gloo's worker threads can
-    outlive it and abort the process (SIGABRT) after a successful run. A block left by an
-    exception keeps the group, since a rank may still wait in a collective with it, and the
-    process is ending anyway. A group made before the block (a caller's own) is left alone.
+    The group stays up for the rest of the process (it is destroyed at exit), so a later block,
+    such as a script's second ``train_run``, runs in the same group: a group made again after one
+    was destroyed would rendezvous at the same address, where torchrun's store still holds the
+    first group's keys (its ranks dial ports nobody listens on any more). A block of the group
+    :func:`init` made that ends normally ends with a barrier, so every rank has finished the
+    block's collectives before any rank leaves; one left by an exception does not wait, since a
+    peer may still wait in a collective. A group made before (a caller's own) is left alone.
     """
-    made = not _group_up() and init(device, timeout_s)
+    init(device, timeout_s)
     yield _group_up()
-    if made:
+    if _group_up() and dist.group.WORLD is _group_made:
         dist.barrier()
-        dist.destroy_process_group()
 
 
 def rank() -> int:

@@ -429,7 +429,7 @@ def train_run(
     rank's state (their environments differ), so it resumes on the same number of ranks. Each
     rank returns its own share: its seeds' states and metrics. Outside torchrun both are the
     single-process run. ``dist_timeout_s``: how long a collective waits for a live rank. A process
-    group it starts (:func:`funrl.distributed.process_group`) ends when it returns.
+    group it starts (:func:`funrl.distributed.process_group`) serves the process's later runs too.
 
     A ``gym:ID`` env (``config.env_id``) trains one seed with ``compile=False`` and cannot be
     resumed: the checkpoint holds only a version handle of the host env (``HostState``), while

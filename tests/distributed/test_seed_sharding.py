@@ -6,6 +6,7 @@ in forked ranks (:func:`launch.run_ranks`), which start without importing torch 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -63,24 +64,41 @@ def test_without_a_process_group_every_helper_is_the_single_process() -> None:
     assert dp == distributed.DataParallel() and dp.all_reduce_sum(x["a"]) is x["a"]
 
 
-def group_lifetimes() -> list[bool]:
-    """In a rank: whether a group is up inside ``process_group``, after it, after one left by an
-    exception, and inside and after one entered with the caller's group up."""
-    seen = []
-    with distributed.process_group() as up:
-        seen += [up, torch.distributed.is_initialized()]
-    seen.append(torch.distributed.is_initialized())
-    with pytest.raises(KeyError), distributed.process_group():
-        raise KeyError("a failed run")
-    seen.append(torch.distributed.is_initialized())  # kept: a peer may wait in a collective
-    with distributed.process_group() as up:
-        seen.append(up)
-    seen.append(torch.distributed.is_initialized())
+def group_lifetimes() -> list:
+    """In a rank: whether a group is up inside ``process_group`` and after it, an all-reduce in
+    each of three blocks (the second left by an exception), and whether the group is the first."""
+    seen: list = []
+    first_group = None
+    for block in range(3):
+        with contextlib.suppress(KeyError), distributed.process_group() as up:
+            total = torch.tensor([torch.distributed.get_rank() + 10 * block])
+            torch.distributed.all_reduce(total)
+            seen += [up, total.item()]
+            if block == 1:
+                raise KeyError("a failed run")
+        first_group = first_group or torch.distributed.group.WORLD
+        seen += [torch.distributed.is_initialized(), torch.distributed.group.WORLD is first_group]
     return seen
 
 
-def test_process_group_destroys_the_group_it_made_and_only_that() -> None:
-    assert run_ranks(group_lifetimes) == [[True, True, False, True, True, True]] * 2
+def test_process_group_keeps_one_group_for_every_block_of_the_process() -> None:
+    # A group made again after one was destroyed rendezvouses where torchrun's store still holds
+    # the first group's addresses; so every block runs in the group the first one made.
+    each_block = [[True, 1 + 20 * block, True, True] for block in range(3)]
+    assert run_ranks(group_lifetimes) == [sum(each_block, [])] * 2
+
+
+def caller_group() -> list[bool]:
+    """In a rank: whether ``process_group`` runs in a group the caller made, and keeps it."""
+    torch.distributed.init_process_group("gloo")
+    group = torch.distributed.group.WORLD
+    with distributed.process_group() as up:
+        seen = [up, torch.distributed.group.WORLD is group]
+    return [*seen, torch.distributed.group.WORLD is group]
+
+
+def test_process_group_runs_in_a_group_the_caller_made() -> None:
+    assert run_ranks(caller_group) == [[True, True, True]] * 2
 
 
 @pytest.fixture(scope="module")
