@@ -47,6 +47,7 @@ import functools
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -96,14 +97,20 @@ def _group_up() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-_group_made: Any = None
-"""The process group :func:`init` made, if any (the one destroyed at exit)."""
+_group_made: weakref.ref | None = None
+"""The process group :func:`init` made, if any (the one destroyed at exit). A weak reference: a
+group still referenced after ``destroy_process_group`` lives on to the interpreter's finalisation."""
+
+
+def _made_here() -> bool:
+    """True while the group up is the one :func:`init` made."""
+    return _group_up() and _group_made is not None and dist.group.WORLD is _group_made()
 
 
 def _destroy_at_exit() -> None:
     # Before the interpreter's finalisation: left to it, gloo's worker threads can outlive it and
     # abort the process (SIGABRT, pytorch/pytorch#190489) after a successful run.
-    if _group_up() and dist.group.WORLD is _group_made:
+    if _made_here():
         dist.destroy_process_group()
 
 
@@ -127,7 +134,7 @@ def init(device: str | torch.device = "cpu", timeout_s: float = DEFAULT_TIMEOUT_
     global _group_made
     if _group_made is None:
         atexit.register(_destroy_at_exit)
-    _group_made = dist.group.WORLD
+    _group_made = weakref.ref(dist.group.WORLD)
     return True
 
 
@@ -145,7 +152,7 @@ def process_group(device: str | torch.device = "cpu", timeout_s: float = DEFAULT
     """
     init(device, timeout_s)
     yield _group_up()
-    if _group_up() and dist.group.WORLD is _group_made:
+    if _made_here():
         dist.barrier()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,28 @@ def caller_group() -> list[bool]:
 
 def test_process_group_runs_in_a_group_the_caller_made() -> None:
     assert run_ranks(caller_group) == [[True, True, True]] * 2
+
+
+# A script that trains twice under torchrun: two blocks, an all-reduce in each.
+TWO_BLOCKS = """
+import torch
+from funrl import distributed
+for block in range(2):
+    with distributed.process_group():
+        total = torch.tensor([torch.distributed.get_rank() + 10 * block])
+        torch.distributed.all_reduce(total)
+        print(f"rank {torch.distributed.get_rank()} block {block}: {total.item()}")
+"""
+
+
+@pytest.mark.slow
+def test_a_script_under_torchrun_runs_two_blocks(tmp_path: Path) -> None:
+    script = tmp_path / "two_blocks.py"
+    script.write_text(TWO_BLOCKS)
+    proc = torchrun(2, str(script), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = sorted(re.findall(r"rank \d block \d: \d+", proc.stdout))  # ranks' lines may interleave
+    assert printed == [f"rank {r} block {b}: {1 + 20 * b}" for r in range(2) for b in range(2)]
 
 
 @pytest.fixture(scope="module")
