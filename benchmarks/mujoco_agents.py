@@ -37,6 +37,7 @@ environment step (on a shared machine CPU seconds are the fairer figure). ``--co
 one side only (two processes can then share a machine's cores, or run one after the other);
 ``--out`` writes every number and the return curves as JSON, and a PNG next to it when
 matplotlib is installed; ``--merge a.json b.json`` prints the table of such files together.
+``--at-steps`` adds every seed's training return by those steps (:func:`return_by`).
 
 ``--quick`` runs a few thousand steps, eagerly: it proves the script works; the returns mean
 nothing and the wall-clock ratio is eager funrl's against SB3 on a tiny budget.
@@ -45,6 +46,7 @@ nothing and the wall-clock ratio is eager funrl's against SB3 on a tiny budget.
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import math
@@ -345,6 +347,27 @@ def table(results: dict, steps: dict[str, int]) -> list[str]:
     return rows
 
 
+def return_by(seed: dict, step: int, points: int = 10) -> float:
+    """The mean of a seed's last ``points`` return-curve points at or before ``step``: an SB3 point
+    is one episode, a funrl point the mean of the episodes that ended in one update."""
+    end = bisect.bisect_right(seed["steps"], step)
+    window = seed["returns"][max(0, end - points) : end]
+    return statistics.mean(window) if window else math.nan
+
+
+def returns_at(results: dict, steps: dict[str, int], marks: list[int]) -> list[str]:
+    """One line per agent and step mark within its budget: every contestant's :func:`return_by`."""
+    rows = []
+    for algo, contestants in results.items():
+        for mark in (m for m in marks if m <= steps[algo]):
+            cells = [
+                f"{name} " + ", ".join(f"{return_by(s, mark):.0f}" for s in r["seeds"])
+                for name, r in contestants.items()
+            ]
+            rows.append(f"{algo}, training return by step {mark}: " + "; ".join(cells))
+    return rows
+
+
 def merged(paths: list[Path]) -> tuple[dict, dict[str, int]]:
     """The results and budgets of several ``--out`` files (one side or agent each, or some seeds
     of one side: their seeds are listed together, their seconds summed) as one run's."""
@@ -420,6 +443,9 @@ def main() -> None:
         "--max-minutes", type=float, default=math.inf, help="each contestant stops training after this"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both libraries)")
+    parser.add_argument(
+        "--at-steps", type=int, nargs="*", default=[], help="also print the training returns by these steps"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results (and a PNG beside it)")
     parser.add_argument(
         "--merge", type=Path, nargs="+", default=None,
@@ -427,7 +453,8 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     if args.merge:
-        print("\n".join(table(*merged(args.merge))))
+        results, steps = merged(args.merge)
+        print("\n".join(table(results, steps) + returns_at(results, steps, args.at_steps)))
         return
     torch.set_num_threads(args.threads)
     args.compile = not (args.quick or args.no_compile)
@@ -446,7 +473,7 @@ def main() -> None:
             results[algo]["SB3"] = run_sb3(algo, config, args.sb3_seeds, args)
         if args.out:  # after every agent, so a long run leaves what it finished
             args.out.write_text(json.dumps({"machine": machine(), "steps": steps, "results": results}))
-    print("\n".join(table(results, steps)))
+    print("\n".join(table(results, steps) + returns_at(results, steps, args.at_steps)))
     if args.out:
         save_plot(results, args.out.with_suffix(".png"))
 
