@@ -89,11 +89,10 @@ class Workspace:
         self.fields = tuple(getattr(self.data, name).reshape(-1) for name in fields)
 
     def gather(self, out: np.ndarray) -> None:
-        """The derived fields, flattened and concatenated into ``out``."""
-        offset = 0
-        for values in self.fields:
-            out[offset : offset + values.size] = values
-            offset += values.size
+        """The derived fields, flattened and concatenated into ``out`` (one numpy call: the
+        threads queue on the GIL for every line of Python between MuJoCo's calls)."""
+        if self.fields:
+            np.concatenate(self.fields, out=out)
 
 
 @dataclasses.dataclass
@@ -175,7 +174,7 @@ _num_threads = min(
     len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8
 )
 _pool: ThreadPoolExecutor | None = None
-_pool_threads = 0
+_pool_workers = 0
 
 
 def set_num_threads(num_threads: int) -> None:
@@ -192,31 +191,33 @@ def get_num_threads() -> int:
     return _num_threads
 
 
-def _executor(num_threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_threads
-    if _pool is None or _pool_threads != num_threads:
+def _executor(num_workers: int) -> ThreadPoolExecutor:
+    global _pool, _pool_workers
+    if _pool is None or _pool_workers != num_workers:
         if _pool is not None:
             _pool.shutdown(wait=True)
-        _pool = ThreadPoolExecutor(num_threads, thread_name_prefix="funrl-mujoco")
-        _pool_threads = num_threads
+        _pool = ThreadPoolExecutor(num_workers, thread_name_prefix="funrl-mujoco")
+        _pool_workers = num_workers
     return _pool
 
 
 def _run_chunks(entry: MujocoModel, num_envs: int, work) -> None:
-    """``work(workspace, lo, hi)`` over contiguous chunks of the batch, one workspace per chunk."""
+    """``work(workspace, lo, hi)`` over contiguous chunks of the batch, one workspace per chunk.
+
+    The calling thread runs the last chunk itself: it would otherwise only wait, and a pool of
+    ``threads - 1`` workers saves a handoff per call (one thread needs no pool at all)."""
     num_threads = max(1, min(_num_threads, num_envs))
     with entry.lock:
         workspaces = entry.workspaces_for(num_threads)
-        if num_threads == 1:
-            work(workspaces[0], 0, num_envs)
-            return
-        bounds = np.linspace(0, num_envs, num_threads + 1).astype(int)
-        futures = [
-            _executor(num_threads).submit(work, workspaces[k], int(bounds[k]), int(bounds[k + 1]))
-            for k in range(num_threads)
-        ]
-        for future in futures:
-            future.result()
+        bounds = [num_envs * k // num_threads for k in range(num_threads + 1)]
+        pool = _executor(num_threads - 1) if num_threads > 1 else None
+        futures = [pool.submit(work, workspaces[k], bounds[k], bounds[k + 1]) for k in range(num_threads - 1)]
+        try:
+            work(workspaces[-1], bounds[-2], bounds[-1])
+        finally:
+            # The workers' chunks use this model's workspaces: finish them before the lock goes.
+            for future in futures:
+                future.result()
 
 
 def _as_numpy(x: torch.Tensor) -> np.ndarray:
