@@ -153,7 +153,8 @@ def process_group(device: str | torch.device = "cpu", timeout_s: float = DEFAULT
     init(device, timeout_s)
     yield _group_up()
     if _made_here():
-        dist.barrier()
+        with _lost_peer_as_dist_error():
+            dist.barrier()
 
 
 def rank() -> int:
@@ -230,6 +231,18 @@ def lost_rank_message(exc: BaseException) -> str:
     )
 
 
+@contextlib.contextmanager
+def _lost_peer_as_dist_error() -> Iterator[None]:
+    # gloo's TCP transport reports a peer that closed its connection as a plain RuntimeError
+    # from the collective's wait (not a DistError); one type lets the CLI print its one line.
+    try:
+        yield
+    except dist.DistError:
+        raise
+    except RuntimeError as exc:
+        raise dist.DistNetworkError(str(exc)) from exc
+
+
 def _to_cpu(tree: Any) -> Any:
     return ftree.map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
 
@@ -244,7 +257,8 @@ def gather_to_first(tree: Any) -> list[Any] | None:
         return [local]
     first = dist.get_rank() == 0
     out: list[Any] | None = [None] * dist.get_world_size() if first else None
-    dist.gather_object(local, out, dst=0)
+    with _lost_peer_as_dist_error():
+        dist.gather_object(local, out, dst=0)
     return out
 
 
@@ -253,7 +267,8 @@ def broadcast_from_first(obj: Any) -> Any:
     if not _group_up():
         return obj
     box = [_to_cpu(obj) if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)
+    with _lost_peer_as_dist_error():
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 

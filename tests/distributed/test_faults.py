@@ -106,3 +106,21 @@ def test_a_lost_connection_is_one_line_naming_the_rank() -> None:
     message = distributed.lost_rank_message(error)
     assert message.startswith("rank 0 of 1: lost contact with another rank")
     assert message.endswith("last good state: Connection closed by peer [127.0.0.1]:1234")
+
+
+@pytest.mark.parametrize("collective", ["gather_object", "broadcast_object_list"])
+def test_gloo_reporting_a_closed_peer_as_a_runtime_error_is_a_lost_rank(
+    monkeypatch: pytest.MonkeyPatch, collective: str
+) -> None:
+    # gloo's TCP pair raises a plain RuntimeError from the collective's wait when a peer dies
+    def closed_by_peer(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:22752")
+
+    monkeypatch.setattr(distributed, "_group_up", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 0)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    monkeypatch.setattr(torch.distributed, collective, closed_by_peer)
+    call = distributed.gather_to_first if collective == "gather_object" else distributed.broadcast_from_first
+    with pytest.raises(torch.distributed.DistError, match="Connection closed by peer") as caught:
+        call({"x": torch.zeros(2)})
+    assert distributed.lost_rank_message(caught.value).startswith("rank 0 of 2: lost contact")
