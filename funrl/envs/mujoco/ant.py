@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.mujoco.base import MujocoEnv, MujocoParams, MujocoState, make_factory
 from funrl.envs.registry import register
 
@@ -88,12 +87,7 @@ class Ant(MujocoEnv[AntParams]):
         return finite & (min_z <= z) & (z <= max_z)
 
     def reset_env(self, key: torch.Tensor, params: AntParams) -> tuple[torch.Tensor, MujocoState]:
-        key_qpos, key_qvel = random.split(key)
-        s = params.reset_noise_scale
-        qpos = self.init_qpos(key.device) + self.uniform(key_qpos, self.nq, -s, s)
-        qvel = self.init_qvel(key.device) + s * self.normal(key_qvel, self.nv)
-        state = self.new_state(qpos, qvel)
-        return self.to_agent(self.get_obs(state, params)), state
+        return self.noisy_reset(key, params, qvel_noise="normal")
 
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: AntParams

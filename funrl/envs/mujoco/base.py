@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import torch
 
@@ -193,6 +193,24 @@ class MujocoEnv(Environment[MujocoState, TParams]):
     def normal(key: torch.Tensor, size: int) -> torch.Tensor:
         """``np_random.standard_normal(size)``'s distribution, float64."""
         return random.normal(key, (size,), torch.float64)
+
+    def noisy_reset(
+        self, key: torch.Tensor, params: Any, qvel_noise: Literal["uniform", "normal"] = "uniform"
+    ) -> tuple[torch.Tensor, MujocoState]:
+        """The ``reset_model`` most v5 envs share: ``qpos + U(-s, s)``, and ``qvel + U(-s, s)``
+        (``qvel_noise="uniform"``) or ``qvel + s * N(0, 1)`` (``"normal"``), with
+        ``s = params.reset_noise_scale``; the first observation and the state."""
+        key_qpos, key_qvel = random.split(key)
+        s = params.reset_noise_scale
+        qpos = self.init_qpos(key.device) + self.uniform(key_qpos, self.nq, -s, s)
+        if qvel_noise == "uniform":
+            qvel = self.init_qvel(key.device) + self.uniform(key_qvel, self.nv, -s, s)
+        elif qvel_noise == "normal":
+            qvel = self.init_qvel(key.device) + s * self.normal(key_qvel, self.nv)
+        else:
+            raise ValueError(f"qvel_noise: expected 'uniform' or 'normal', got {qvel_noise!r}")
+        state = self.new_state(qpos, qvel)
+        return self.to_agent(self.get_obs(state, params)), state
 
     # -- the interface -------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from funrl import random
 from funrl.envs.mujoco.base import MujocoEnv, MujocoParams, MujocoState, make_factory
 from funrl.envs.registry import register
 
@@ -90,12 +89,7 @@ class Humanoid(MujocoEnv[HumanoidParams]):
         return (min_z < z) & (z < max_z)
 
     def reset_env(self, key: torch.Tensor, params: HumanoidParams) -> tuple[torch.Tensor, MujocoState]:
-        key_qpos, key_qvel = random.split(key)
-        s = params.reset_noise_scale
-        qpos = self.init_qpos(key.device) + self.uniform(key_qpos, self.nq, -s, s)
-        qvel = self.init_qvel(key.device) + self.uniform(key_qvel, self.nv, -s, s)
-        state = self.new_state(qpos, qvel)
-        return self.to_agent(self.get_obs(state, params)), state
+        return self.noisy_reset(key, params)
 
     def step_env(
         self, key: torch.Tensor, state: MujocoState, action: torch.Tensor, params: HumanoidParams
