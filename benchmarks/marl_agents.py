@@ -9,11 +9,14 @@ on the same evaluation keys. ``--env`` takes any multi-agent id (``mpe:simple_ta
 budget is ``benchmarks/marl_time_to_result.py``, which runs this script as funrl's side.
 
     python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--env mpe:simple_tag] [--no-compile]
+
+``--set name=value ...`` overrides other config fields (``--set num_envs=128 update_epochs=10``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -28,12 +31,29 @@ def mean_team_returns(agent: common.Agent, policy, key: torch.Tensor, episodes: 
     return {team: float(r.mean()) for team, r in mappo.evaluate_teams(agent, policy, key, episodes).items()}
 
 
+def overrides(config_type: type, pairs: list[str]) -> dict:
+    """``["name=value", ...]`` as config fields, each value of its field's default's type."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_type)}
+    out = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in defaults or not value:
+            raise SystemExit(f"--set: expected name=value with a field of {config_type.__name__}, got {pair!r}")
+        kind = type(defaults[name])
+        out[name] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return out
+
+
 def funrl_run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     config_type = mappo.MAPPOConfig if args.algo == "mappo" else mappo.IPPOConfig
-    agent = mappo.make_train(
-        config_type(env_id=args.env, total_steps=args.total_steps, learning_rate=args.lr)
+    config = config_type(
+        env_id=args.env,
+        total_steps=args.total_steps,
+        learning_rate=args.lr,
+        **overrides(config_type, args.set),
     )
+    agent = mappo.make_train(config)
     keys = common.seed_keys(0, args.seeds)
     state, run_key = common.init_state(agent, keys)
     t1 = time.perf_counter()
@@ -52,6 +72,7 @@ def funrl_run(args: argparse.Namespace) -> dict:
     ]
     return {
         "peer": f"funrl {args.algo} on {args.env}" + (" (eager)" if args.no_compile else ""),
+        "set": args.set,
         "setup_s": t1 - t0,
         "first_update_s": t2 - t1,
         "train_s": t3 - t2,
@@ -77,6 +98,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=mappo.MAPPOConfig.learning_rate)
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other config fields")
     args = parser.parse_args()
     print(json.dumps(funrl_run(args)))
 
