@@ -28,7 +28,9 @@ KILLED_AT = 50  # between checkpoints (every 20 updates, at the log points: ever
 
 
 @pytest.mark.slow
-def test_ppo_compiled_with_seeds_resumes_exactly_and_learns(tmp_path: Path) -> None:
+def test_ppo_compiled_with_seeds_resumes_exactly_and_learns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A saved-steps folder of its own: the suite's shared one gains files from the other worker.
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path / "cache"))
     full, killed, resumed = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
     proc = funrl(
         "train", "ppo", "--env", "CartPole-v1", "--total-steps", str(UPDATES * 512), "--seeds", str(SEEDS),
