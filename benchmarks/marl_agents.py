@@ -32,15 +32,26 @@ def mean_team_returns(agent: common.Agent, policy, key: torch.Tensor, episodes: 
 
 
 def overrides(config_type: type, pairs: list[str]) -> dict:
-    """``["name=value", ...]`` as config fields, each value of its field's default's type."""
+    """``["name=value", ...]`` as config fields: a value is read as JSON (``128``, ``false``,
+    ``[256, 256]``, a list becoming a tuple, an int a float for a float field), else kept as a
+    string (``relu``); the config's own checks then judge it."""
     defaults = {f.name: f.default for f in dataclasses.fields(config_type)}
     out = {}
     for pair in pairs:
-        name, _, value = pair.partition("=")
-        if name not in defaults or not value:
-            raise SystemExit(f"--set: expected name=value with a field of {config_type.__name__}, got {pair!r}")
-        kind = type(defaults[name])
-        out[name] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        name, sep, text = pair.partition("=")
+        if name not in defaults or not sep:
+            raise SystemExit(
+                f"--set: expected name=value with a field of {config_type.__name__}, got {pair!r}"
+            )
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if isinstance(value, list):
+            value = tuple(value)
+        elif isinstance(defaults[name], float) and type(value) is int:
+            value = float(value)
+        out[name] = value
     return out
 
 

@@ -14,12 +14,14 @@ from mpe_reference import random_actions
 from funrl import random
 from funrl.envs import marl
 
+AGENT_SIZE = 0.15  # simple_spread's agents' radius, in both codes
 
-def on_policy_shared_reward(pos: torch.Tensor, num_agents: int, agent_size: float = 0.15) -> torch.Tensor:
+
+def on_policy_shared_reward(pos: torch.Tensor, num_agents: int) -> torch.Tensor:
     agents, landmarks = pos[:num_agents], pos[num_agents:]
     coverage = -torch.cdist(landmarks, agents).min(-1).values.sum()
     # the agent-agent check counts an agent against itself (distance 0 < two radii)
-    overlaps = (torch.cdist(agents, agents) < 2 * agent_size).sum(-1)
+    overlaps = (torch.cdist(agents, agents) < 2 * AGENT_SIZE).sum(-1)
     return (coverage - overlaps).sum()
 
 
@@ -36,5 +38,8 @@ def test_the_shared_on_policy_reward_is_twice_the_team_reward_less_one_per_agent
         expected = on_policy_shared_reward(state.pos.double(), env.num_agents)
         team = rewards["agent"].double().sum()
         torch.testing.assert_close(2 * team - env.num_agents, expected, rtol=1e-5, atol=1e-5)
-        collided += int((torch.cdist(state.pos[:3], state.pos[:3]) < 0.3).sum()) > 3
+        agents = state.pos[: env.num_agents]
+        collided += (
+            int((torch.cdist(agents, agents) < 2 * AGENT_SIZE).sum()) > env.num_agents
+        )  # beyond self-overlaps
     assert collided, "no step with a collision: the collision term went untested"
