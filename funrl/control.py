@@ -195,6 +195,12 @@ def _sources_unchanged(entry: Any) -> bool:
     return True
 
 
+# Tracing a scan under vmap (seeds, ensembles) takes each input's first slice with
+# `select_copy`, which has no vmap batching rule; the warning speaks of a slowdown that only
+# that trace-time call has, never the compiled function.
+_SCAN_TRACE_WARNING = r"There is a performance drop because we have not yet implemented the batching rule for aten::select_copy\.int"
+
+
 class _SavedFunction:
     """A compiled function kept on disk per argument metadata (:func:`compile`'s ``saved_as``).
 
@@ -239,7 +245,9 @@ class _SavedFunction:
             # A saved entry whose guards refuse these arguments (global state the name does not
             # hold) is compiled again: the new entry's guards hold what it was traced with.
             if entry is None or not entry.guard_check(*args):
-                entry = self._compiled.aot_compile((args, {}))
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=_SCAN_TRACE_WARNING, category=UserWarning)
+                    entry = self._compiled.aot_compile((args, {}))
                 _save(entry, path, self._refs)
             entry.disable_guard_check()  # __call__ checks them once
             self._entries[signature] = entry

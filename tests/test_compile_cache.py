@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,23 @@ print(json.dumps({
 def test_a_saved_mujoco_step_names_its_model_in_a_process_that_made_others_first(tmp_path: Path) -> None:
     assert run_saved(tmp_path, script=MUJOCO_SCRIPT) == TRACED
     assert run_saved(tmp_path, "HalfCheetah-v5", "Hopper-v5", script=MUJOCO_SCRIPT) == LOADED
+
+
+def test_a_saved_scan_under_vmap_compiles_without_a_vmap_fallback_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tracing a scan takes its inputs' first slice with an op vmap has no batching rule for;
+    # the warning it gives speaks of a slowdown the compiled function does not have.
+    monkeypatch.setenv("FUNRL_CACHE_DIR", str(tmp_path))
+
+    def seed_step(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return control.scan(lambda c, x: (c + x.sum(), x * c), torch.zeros_like(xs[0, 0]), xs)
+
+    xs = torch.linspace(-1, 1, 24).reshape(2, 3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = control.compile(torch.func.vmap(seed_step), dynamic=False, saved_as="vmapped-scan")(xs)
+    assert [str(w.message) for w in caught if "batching rule" in str(w.message)] == []
+    want = [seed_step(x) for x in xs]
+    assert torch.allclose(got[0], torch.stack([w[0] for w in want]))
+    assert torch.allclose(got[1], torch.stack([w[1] for w in want]))
