@@ -121,6 +121,7 @@ def train_compiled_then_eval(
         cwd=tmp_path, killed_at=snapshot_at, copy_to=killed, resumed_to=resumed if resume else None,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-6000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-6000:]  # torch's included: a user reads them all
     assert "trained in" in proc.stdout
     for name in (run.CONFIG, run.METRICS, run.CHECKPOINT):
         assert (out / name).is_file(), name
