@@ -99,6 +99,14 @@ def choose_landmark(unit: torch.Tensor, num_landmarks: int) -> torch.Tensor:
     return (unit * num_landmarks).long().clamp(max=num_landmarks - 1)
 
 
+def shared_goal(unit: torch.Tensor, num_landmarks: int, num_agents: int) -> torch.Tensor:
+    """``[num_agents]``: one landmark index drawn from ``unit`` (a value uniform in ``[0, 1)``),
+    the goal of every agent. A dense copy, not an expanded view: inside a seeds-vmapped compiled
+    loop, a stride-0 goal reached the loop's carry in another memory order than the carry's, and
+    inductor refused the loop (compiled IPPO on simple_adversary)."""
+    return choose_landmark(unit, num_landmarks).expand(num_agents).clone()
+
+
 def others_index(num: int, device: torch.device) -> torch.Tensor:
     """``[num, num - 1]``: row ``i`` lists every index but ``i``, in order (mpe2's "others").
 

@@ -26,11 +26,11 @@ from funrl.envs.marl.mpe import (
     MPEEnvironment,
     MPEParams,
     MPEState,
-    choose_landmark,
     distance,
     entity_at,
     of_others,
     relative,
+    shared_goal,
 )
 from funrl.envs.marl.registry import register, split_kwargs
 
@@ -56,7 +56,7 @@ class SimpleAdversary(MPEEnvironment):
         return MPEParams()
 
     def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
-        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
+        return shared_goal(unit[0], self.num_landmarks, self.num_agents)
 
     def goal_pos(self, state: MPEState) -> torch.Tensor:
         """``[..., 2]``: the goal landmark's position (every agent's goal is the same)."""

@@ -26,10 +26,10 @@ from funrl.envs.marl.mpe import (
     MPEEnvironment,
     MPEParams,
     MPEState,
-    choose_landmark,
     distance,
     entity_at,
     relative,
+    shared_goal,
 )
 from funrl.envs.marl.registry import register, split_kwargs
 
@@ -54,7 +54,7 @@ class SimplePush(MPEEnvironment):
         return MPEParams()
 
     def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
-        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
+        return shared_goal(unit[0], self.num_landmarks, self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         pos, vel = state.pos[..., :2, :], state.vel[..., :2, :]

@@ -26,9 +26,9 @@ from funrl.envs.marl.mpe import (
     MPEEnvironment,
     MPEParams,
     MPEState,
-    choose_landmark,
     entity_at,
     relative,
+    shared_goal,
 )
 from funrl.envs.marl.registry import register, split_kwargs
 
@@ -56,7 +56,7 @@ class SimpleSpeakerListener(MPEEnvironment):
         return MPEParams()
 
     def reset_goal(self, unit: torch.Tensor) -> torch.Tensor:
-        return choose_landmark(unit[0], self.num_landmarks).expand(self.num_agents)
+        return shared_goal(unit[0], self.num_landmarks, self.num_agents)
 
     def observations(self, state: MPEState, params: MPEParams) -> Teams:
         goal_colour = torch.tensor(LANDMARK_COLOURS, device=state.pos.device)[state.goal[..., 0]]
