@@ -10,7 +10,8 @@ budget is ``benchmarks/marl_time_to_result.py``, which runs this script as funrl
 
     python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--env mpe:simple_tag] [--no-compile]
 
-``--set name=value ...`` overrides other config fields (``--set num_envs=128 update_epochs=10``).
+``--set name=value ...`` overrides other config fields (``--set num_envs=128 update_epochs=10``,
+``--set 'env_kwargs=[["landmark_range", 0.8]]'``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ def mean_team_returns(agent: common.Agent, policy, key: torch.Tensor, episodes: 
     return {team: float(r.mean()) for team, r in mappo.evaluate_teams(agent, policy, key, episodes).items()}
 
 
+def lists_as_tuples(value: object) -> object:
+    """JSON lists, nested ones too, as tuples (config fields are hashable)."""
+    return tuple(lists_as_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def overrides(config_type: type, pairs: list[str]) -> dict:
     """``["name=value", ...]`` as config fields: a value is read as JSON (``128``, ``false``,
-    ``[256, 256]``, a list becoming a tuple, an int a float for a float field), else kept as a
+    ``[256, 256]``, lists becoming tuples, an int a float for a float field), else kept as a
     string (``relu``); the config's own checks then judge it."""
     defaults = {f.name: f.default for f in dataclasses.fields(config_type)}
     out = {}
@@ -48,7 +54,7 @@ def overrides(config_type: type, pairs: list[str]) -> dict:
         except json.JSONDecodeError:
             value = text
         if isinstance(value, list):
-            value = tuple(value)
+            value = lists_as_tuples(value)
         elif isinstance(defaults[name], float) and type(value) is int:
             value = float(value)
         out[name] = value

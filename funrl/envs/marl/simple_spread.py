@@ -53,9 +53,16 @@ class SimpleSpread(MPEEnvironment):
     env_id = "simple_spread"
     dim_c = 2
 
-    def __init__(self, num_agents: int = 3, continuous_actions: bool = False):
+    def __init__(self, num_agents: int = 3, continuous_actions: bool = False, landmark_range: float = 1.0):
         if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 2:
             raise ValueError(f"num_agents: expected an int >= 2, got {num_agents!r}")
+        if (
+            isinstance(landmark_range, bool)
+            or not isinstance(landmark_range, (int, float))
+            or not landmark_range > 0
+        ):
+            raise ValueError(f"landmark_range: expected a positive number, got {landmark_range!r}")
+        self.landmark_range = float(landmark_range)
         agents = [Entity(f"agent_{i}", size=0.15) for i in range(num_agents)]
         landmarks = [Entity(f"landmark {i}", collide=False) for i in range(num_agents)]
         super().__init__(agents, landmarks, continuous_actions)
@@ -86,8 +93,12 @@ class SimpleSpread(MPEEnvironment):
 
 def make_simple_spread(**kwargs: Any) -> tuple[SimpleSpread, SimpleSpreadParams]:
     """``make("simple_spread", N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)``;
-    any other ``SimpleSpreadParams`` field may be given too."""
-    env_kwargs, params = split_kwargs("simple_spread", SimpleSpreadParams, kwargs, N="num_agents")
+    any other ``SimpleSpreadParams`` field may be given too. ``landmark_range=0.8`` starts the
+    landmarks in ``[-0.8, 0.8]^2`` instead of mpe2's ``[-1, 1]^2``: the task of the MAPPO authors'
+    benchmark (marlbenchmark/on-policy), whose published returns are on that task."""
+    env_kwargs, params = split_kwargs(
+        "simple_spread", SimpleSpreadParams, kwargs, N="num_agents", landmark_range="landmark_range"
+    )
     return SimpleSpread(**env_kwargs), params
 
 

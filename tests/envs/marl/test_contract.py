@@ -267,6 +267,15 @@ def test_reset_draws_mpe2s_ranges_and_uniform_goals(env_id: str) -> None:
     assert bool(((counts - expected).abs() < 5 * expected**0.5).all()), counts
 
 
+def test_simple_spread_takes_the_mappo_benchmarks_landmark_range() -> None:
+    env, params = marl.make("simple_spread", landmark_range=0.8)
+    _, states = marl.vmap(env, 3000).reset(random.key(0), params)
+    landmarks, agents = states.pos[:, 3:], states.pos[:, :3]
+    assert 0.79 < landmarks.abs().max() < 0.8 and agents.abs().max() > 0.99
+    with pytest.raises(ValueError, match="landmark_range: expected a positive number, got 0"):
+        marl.make("simple_spread", landmark_range=0)
+
+
 @settings(max_examples=6)
 @given(env_id=st.sampled_from(SCENARIOS), seed=st.integers(0, 2**31 - 1), continuous=st.booleans())
 def test_vmap_of_step_over_keys_equals_a_loop(env_id: str, seed: int, continuous: bool) -> None:
