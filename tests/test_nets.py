@@ -436,6 +436,22 @@ def test_heads_apply_equals_forward(factory, inputs):
     assert tree.tree_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_actor_critic_without_value_gives_the_policy_and_skips_the_critic():
+    obs = torch.randn(7, 4)
+
+    def linear_layers_run(*args, **kwargs):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = nets.apply(*args, **kwargs)
+        return out, sum(e.count for e in prof.key_averages() if e.key == "aten::addmm")
+
+    for ac in (nets.ActorCritic(4, 3), nets.ActorCritic(4, 2, continuous=True)):
+        p = nets.init(ac, KEY)
+        (policy, _), both = linear_layers_run(ac, p, obs)
+        alone, actor_only = linear_layers_run(ac, p, obs, value=False)
+        assert tree.tree_equal(alone, policy)
+        assert (both, actor_only) == (6, 3)  # two MLPs of three layers each, then the actor's
+
+
 def test_head_shapes_and_semantics():
     obs = torch.randn(7, 4)
     ac = nets.ActorCritic(4, 3)

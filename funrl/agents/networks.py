@@ -51,8 +51,8 @@ class Encoded(nn.Module):
         self.encoder = encoder
         self.head = head
 
-    def forward(self, obs: torch.Tensor) -> Any:
-        return self.head(self.encoder(obs))
+    def forward(self, obs: torch.Tensor, **head_kwargs: Any) -> Any:
+        return self.head(self.encoder(obs), **head_kwargs)
 
 
 class EncodedCritic(Encoded):

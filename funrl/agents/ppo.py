@@ -220,8 +220,15 @@ def make_train(
 
     tx = optimizer(config.learning_rate, config.max_grad_norm)  # its update reads both from the state
 
-    def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
-        return nets.apply(module, params, obs)
+    def actor_critic(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[tuple, torch.Tensor]:
+        """The distribution's parameters (a tuple) and the value."""
+        dist_params, value = nets.apply(module, params, obs)
+        return (dist_params if continuous else (dist_params,)), value
+
+    def policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple:
+        """The distribution's parameters alone: the critic is not computed."""
+        dist_params = nets.apply(module, params, obs, value=False)
+        return dist_params if continuous else (dist_params,)
 
     def init(key: torch.Tensor, **hparam_overrides: Any) -> PPOTrainState:
         values = sweepable_values(config, hparam_overrides, SWEEPABLE)
@@ -243,18 +250,16 @@ def make_train(
         return dist.noise(key, (config.num_envs, action_dim))
 
     def act(noise: torch.Tensor, params: dict[str, torch.Tensor], obs: torch.Tensor):
-        dist_params, value = policy(params, obs)
-        dist_params = dist_params if continuous else (dist_params,)
+        dist_params = policy(params, obs)
         # The sample for all environments, of which this rank keeps its rows: each row's sample
         # depends on its own row and its noise only, so an environment gets the action one
         # process would draw for it.
         all_rows = dp.at_all_rows(dist_params, config.num_envs)
         action, log_prob = dist.sample_and_log_prob_from_noise(noise, *all_rows)
-        return dp.my_rows(action), {"log_prob": dp.my_rows(log_prob), "value": value}
+        return dp.my_rows(action), {"log_prob": dp.my_rows(log_prob)}
 
     def loss_fn(params, hp: PPOHyperParams, minibatch: dict[str, torch.Tensor]):
-        dist_params, values = policy(params, minibatch["obs"])
-        dist_params = dist_params if continuous else (dist_params,)
+        dist_params, values = actor_critic(params, minibatch["obs"])
         log_prob = dist.log_prob(*dist_params, minibatch["action"])
         entropy = dist.entropy(*dist_params)
         return L.ppo_loss(
@@ -285,10 +290,13 @@ def make_train(
             config.num_steps,
             policy_draw=draw_noise,
         )
-        _, next_values = policy(state.params, traj.final_obs)
+        # The values of the rollout's observations and of each step's next observation (for
+        # bootstrapping), in one batched call after the rollout instead of one per step.
+        _, all_values = actor_critic(state.params, torch.cat([traj.obs, traj.final_obs]))
+        values, next_values = all_values.split(config.num_steps)
         advantages, returns = L.gae(
             traj.reward,
-            traj.extras["value"],
+            values,
             next_values,
             traj.terminated,
             traj.truncated,
@@ -299,7 +307,7 @@ def make_train(
             "obs": traj.obs,
             "action": traj.action,
             "log_prob": traj.extras["log_prob"],
-            "value": traj.extras["value"],
+            "value": values,
             "advantages": advantages,
             "returns": returns,
             "returned_episode": traj.info["returned_episode"],
@@ -345,9 +353,7 @@ def make_train(
         return new_state, metrics
 
     def evaluate_policy(params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        dist_params, _ = policy(params, obs)
-        dist_params = dist_params if continuous else (dist_params,)
-        return dist.mode(*dist_params)
+        return dist.mode(*policy(params, obs))
 
     return Agent(
         name=NAME,

@@ -313,10 +313,11 @@ class GaussianActor(nn.Module):
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs, as CleanRL's PPO ``Agent``.
 
-    ``forward(obs) -> (policy, value)``: ``policy`` is logits ``[..., action_dim]`` (discrete) or
-    ``(loc, scale)`` (``continuous=True``, state-independent ``log_std`` parameter), and ``value`` is
-    ``[...]``. The heads are ``actor.{actor.output_layer}`` and ``critic.{critic.output_layer}``;
-    :meth:`ppo_overrides` gives CleanRL's head gains for ``init``:
+    ``forward(obs) -> (policy, value)`` and ``forward(obs, value=False) -> policy``: ``policy`` is
+    logits ``[..., action_dim]`` (discrete) or ``(loc, scale)`` (``continuous=True``,
+    state-independent ``log_std`` parameter), and ``value`` is ``[...]``. The heads are
+    ``actor.{actor.output_layer}`` and ``critic.{critic.output_layer}``; :meth:`ppo_overrides`
+    gives CleanRL's head gains for ``init``:
 
         init(ac, key, orthogonal(2**0.5), ac.ppo_overrides())
     """
@@ -355,13 +356,15 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
-    def forward(self, obs: torch.Tensor):
+    def forward(self, obs: torch.Tensor, value: bool = True):
+        """``(policy, value)``; ``value=False`` gives ``policy`` alone and skips the critic (a
+        rollout's draws need only the policy)."""
         logits_or_loc = self.actor(obs)
         if self.continuous:
             policy = (logits_or_loc, self.log_std.exp().expand_as(logits_or_loc))
         else:
             policy = logits_or_loc
-        return policy, self.value(obs)
+        return (policy, self.value(obs)) if value else policy
 
 
 class QNetwork(nn.Module):
