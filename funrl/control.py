@@ -435,6 +435,9 @@ def _scan_hop(
         y_leaves = [torch.clone(leaf) for leaf in torch_pytree.tree_leaves(y) if leaf is not None]
         return new_leaves, {_PLAIN_OPAQUE: y_leaves}
 
+    # Dense xs: torch lowers the op to a loop that carries xs along, so a view (an unbound
+    # component, an expanded scalar) would be copied whole on every iteration.
+    xs = torch_pytree.tree_map(lambda leaf: leaf.clone(memory_format=torch.contiguous_format), xs)
     carry_leaves, ys = scan_hop(body, init_leaves, xs, reverse=reverse)
     carry = unsqueezed(carry_leaves)
     if type(ys) is dict and _PLAIN_OPAQUE in ys:

@@ -240,6 +240,24 @@ def test_a_scan_that_would_loop_once_is_traced_inline(length, unroll, loops):
     assert len(scans) == loops
 
 
+def test_the_loop_op_gets_dense_xs_whatever_views_the_caller_passes():
+    """torch lowers the op to a loop that carries xs along: an xs view (a component unbound from a
+    wider array, an expanded scalar) would be copied whole on every iteration."""
+
+    def run(draws: torch.Tensor) -> Any:
+        component = draws.unbind(-1)[0]  # [T, N], stride 4
+        constant = torch.zeros((), dtype=torch.int32).expand(draws.shape[:2])  # stride 0
+        return scan(lambda c, x: (c + x[0] + x[1], c), torch.zeros(draws.shape[1]), (component, constant))
+
+    graphs = traced_graphs(run, R.normal(R.key(5), (6, 3, 4)))
+    (op,) = [node for gm in graphs for node in gm.graph.nodes if node.target is torch.ops.higher_order.scan]
+    xs = op.args[2]
+    assert len(xs) == 2
+    for x in xs:
+        value = x.meta["example_value"]
+        assert value.is_contiguous() and 0 not in value.stride(), (value.shape, value.stride())
+
+
 @pytest.mark.slow
 def test_compiled_scan_equals_eager_loop():
     """Under torch.compile(fullgraph=True) scan takes the higher-order op; it must equal eager."""
