@@ -191,8 +191,13 @@ def shard(num_items: int, rank: int, world_size: int, what: str = "num_seeds") -
     return range(start, start + base + (rank < extra))
 
 
-class RankStopped(RuntimeError):
-    """The launcher stopped this rank (SIGTERM), as torchrun does to every rank once one failed."""
+class RankStopped(BaseException):
+    """The launcher stopped this rank (SIGTERM), as torchrun does to every rank once one failed.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: the signal raises it wherever the rank is,
+    and an ``except RuntimeError`` or ``except Exception`` there (a shape check turning torch's
+    error into its own) must not take it for that code's own failure.
+    """
 
 
 @contextlib.contextmanager

@@ -86,6 +86,21 @@ def test_killing_a_rank_stops_the_job_and_the_checkpoint_resumes_exactly(tmp_pat
     assert tree.tree_equal(run.load_run(out)[1], run.load_run(full)[1])
 
 
+def test_the_launchers_sigterm_passes_through_code_that_catches_its_own_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal lands wherever the rank is; a handler for that code's own errors (as the
+    distributions' shape checks turn torch's RuntimeError into a ValueError) must not catch it."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(distributed.RankStopped):
+        with distributed.stop_on_sigterm():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises before this ends
+            except Exception as exc:  # noqa: BLE001 - the point of the test
+                raise ValueError("the stop was taken for this code's own error") from exc
+
+
 def test_sigterm_from_the_launcher_is_an_exception_only_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
     before = signal.getsignal(signal.SIGTERM)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
