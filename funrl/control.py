@@ -437,7 +437,7 @@ def _scan_hop(
 
     # Dense xs: torch lowers the op to a loop that carries xs along, so a view (an unbound
     # component, an expanded scalar) would be copied whole on every iteration.
-    xs = torch_pytree.tree_map(lambda leaf: leaf.clone(memory_format=torch.contiguous_format), xs)
+    xs = torch_pytree.tree_map(torch.Tensor.contiguous, xs)
     carry_leaves, ys = scan_hop(body, init_leaves, xs, reverse=reverse)
     carry = unsqueezed(carry_leaves)
     if type(ys) is dict and _PLAIN_OPAQUE in ys:
