@@ -31,5 +31,13 @@ def make(env_id: str, **kwargs: Any) -> tuple[Any, Any]:
     if not isinstance(env_id, str):
         raise TypeError(f"env_id: expected a str, got {type(env_id).__name__}")
     if env_id not in _REGISTRY:
+        from funrl.envs.marl.registry import PREFIX
+        from funrl.envs.marl.registry import registry as multi_agent_ids
+
+        if env_id.removeprefix(PREFIX) in multi_agent_ids():
+            raise ValueError(
+                f"env_id: {env_id!r} is a multi-agent environment: make it with funrl.envs.marl.make "
+                f"and train it with mappo or ippo (funrl train mappo --env {env_id})"
+            )
         raise ValueError(f"env_id: unknown id {env_id!r}; known ids: {', '.join(registry())}")
     return _REGISTRY[env_id](**kwargs)

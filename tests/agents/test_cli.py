@@ -53,6 +53,7 @@ def test_cli_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> 
         (["train", "dqnx"], "algo: unknown algorithm 'dqnx'; known: dqn, ippo, mappo, ppo, sac, td3"),
         (["train", "dqn", "--env", "Pendulum-v1"], "env_id: DQN needs discrete actions"),
         (["train", "sac", "--env", "CartPole-v1"], "env_id: expected continuous (Box) actions"),
+        (["train", "ppo", "--env", "mpe:simple_spread"], "train it with mappo or ippo"),
         (["train", "--resume"], "out: --resume needs --out"),
         (["eval", "does-not-exist"], "config.json"),
     ],

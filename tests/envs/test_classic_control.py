@@ -391,6 +391,12 @@ def test_unknown_option_lists_known_ones():
         E.make("CartPole-v1", sutton_barto=True)
 
 
+@pytest.mark.parametrize("env_id", ["simple_spread", "mpe:simple_tag"])
+def test_a_multi_agent_id_names_the_multi_agent_registry(env_id):
+    with pytest.raises(ValueError, match=r"multi-agent environment: make it with funrl\.envs\.marl\.make"):
+        E.make(env_id)
+
+
 def test_cartpole_domain_randomisation_is_vmap_over_params():
     env, params = E.make("CartPole-v1")
     n = 5
