@@ -17,48 +17,18 @@ budget is ``benchmarks/marl_time_to_result.py``, which runs this script as funrl
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 
 import torch
 
 from funrl import random, tree
-from funrl.agents import common, mappo
+from funrl.agents import common, mappo, run
 
 
 def mean_team_returns(agent: common.Agent, policy, key: torch.Tensor, episodes: int) -> dict[str, float]:  # noqa: ANN001
     """Each team's mean return over ``episodes`` fresh envs from ``key`` under ``policy``."""
     return {team: float(r.mean()) for team, r in mappo.evaluate_teams(agent, policy, key, episodes).items()}
-
-
-def lists_as_tuples(value: object) -> object:
-    """JSON lists, nested ones too, as tuples (config fields are hashable)."""
-    return tuple(lists_as_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def overrides(config_type: type, pairs: list[str]) -> dict:
-    """``["name=value", ...]`` as config fields: a value is read as JSON (``128``, ``false``,
-    ``[256, 256]``, lists becoming tuples, an int a float for a float field), else kept as a
-    string (``relu``); the config's own checks then judge it."""
-    defaults = {f.name: f.default for f in dataclasses.fields(config_type)}
-    out = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if name not in defaults or not sep:
-            raise SystemExit(
-                f"--set: expected name=value with a field of {config_type.__name__}, got {pair!r}"
-            )
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        if isinstance(value, list):
-            value = lists_as_tuples(value)
-        elif isinstance(defaults[name], float) and type(value) is int:
-            value = float(value)
-        out[name] = value
-    return out
 
 
 def funrl_run(args: argparse.Namespace) -> dict:
@@ -68,7 +38,7 @@ def funrl_run(args: argparse.Namespace) -> dict:
         env_id=args.env,
         total_steps=args.total_steps,
         learning_rate=args.lr,
-        **overrides(config_type, args.set),
+        **run.config_overrides(config_type, args.set),
     )
     agent = mappo.make_train(config)
     keys = common.seed_keys(0, args.seeds)

@@ -130,6 +130,10 @@ def _check_gymnasium_args(args: argparse.Namespace) -> None:
         )
 
 
+OWN_OPTIONS = {"env_id": "--env", "total_steps": "--total-steps", "num_envs": "--num-envs"}
+"""Config fields that ``train`` sets with an option of their own rather than ``--set``."""
+
+
 def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | None]:
     """``(algo, config)`` for ``train``'s options; ``(None, None)`` when resuming (the run's own)."""
     from funrl.agents import run
@@ -137,6 +141,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
     if args.resume:
         if args.out is None:
             raise run.RunError("out: --resume needs --out, the folder of the run to continue")
+        if args.set:
+            raise run.RunError("--set: a resumed run continues with the config in its config.json")
         return None, None
     if args.algo is None:
         raise run.RunError("algo: expected an algorithm name (e.g. ppo) unless --resume is given")
@@ -148,7 +154,14 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
         overrides["num_envs"] = args.num_envs
     if args.lr is not None:
         overrides.update(dict.fromkeys(spec.learning_rates, args.lr))
-    return args.algo, spec.config_type(**overrides)
+    fields = run.config_overrides(spec.config_type, args.set or ())
+    swept = {name for name, _ in args.sweep or ()}
+    for name in fields:
+        option = OWN_OPTIONS.get(name) or ("--lr" if name in spec.learning_rates and args.lr is not None else None)
+        option = option or ("--sweep" if name in swept else None)
+        if option is not None:
+            raise run.RunError(f"--set {name}: {option} gives it; expected it once")
+    return args.algo, spec.config_type(**overrides, **fields)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -287,6 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="learning rate, every one of the algorithm: "
         + "; ".join(f"{name}: {', '.join(spec.learning_rates)}" for name, spec in registered_agents().items())
         + " (default: the algorithm's)",
+    )
+    train.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        metavar="NAME=VALUE",
+        help="any other field of the algorithm's config (e.g. --set update_epochs=10 "
+        "hidden_sizes=[256,256] activation=relu, env_kwargs='{\"landmark_range\": 0.8}'): numbers, "
+        "bools and lists as JSON, strings as they are; config.json records them",
     )
     train.add_argument(
         "--sweep",

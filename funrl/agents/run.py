@@ -37,6 +37,8 @@ import json
 import math
 import threading
 import time
+import types
+import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ __all__ = [
     "GYMNASIUM_PREFIX",
     "build_agent",
     "check_gymnasium_id",
+    "config_overrides",
     "gymnasium_id",
     "sweep_grid",
     "train_run",
@@ -93,6 +96,60 @@ def _config_from_json(cls: type, data: dict[str, Any]) -> Any:
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+def config_overrides(config_type: type, pairs: Sequence[str], arg: str = "--set") -> dict[str, Any]:
+    """``["name=value", ...]`` as fields of the dataclass ``config_type``, each value of its field's type.
+
+    A value is read as JSON where the field takes numbers, bools or tuples (``128``, ``3e-4``,
+    ``false``, ``[256, 256]``, an int where a float goes) and as it is where it takes a string
+    (``relu``); ``env_kwargs`` also takes a JSON object (``{"landmark_range": 0.8}``). The config's
+    own checks then judge the values. A RunError names ``arg`` and the field otherwise.
+    """
+    hints = typing.get_type_hints(config_type)
+    names = [f.name for f in dataclasses.fields(config_type)]
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in hints or name not in names:
+            raise RunError(
+                f"{arg}: expected NAME=VALUE with NAME a field of {config_type.__name__} "
+                f"({', '.join(names)}), got {pair!r}"
+            )
+        if name in out:
+            raise RunError(f"{arg}: {name} is given twice; expected each name once")
+        out[name] = _field_value(hints[name], text, f"{arg} {name}")
+    return out
+
+
+def _field_value(hint: Any, text: str, where: str) -> Any:
+    """``text`` as a value of the type ``hint`` (``int``, ``float | None``, ``tuple[int, ...]``, ...)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [typing.get_origin(t) or t for t in (typing.get_args(hint) if union else (hint,))]
+    if str in kinds:
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if value is None and type(None) in kinds:
+        return None
+    if isinstance(value, bool):
+        if bool in kinds:
+            return value
+    elif isinstance(value, int) and int in kinds:
+        return value
+    elif isinstance(value, (int, float)) and float in kinds:
+        return float(value)
+    elif isinstance(value, (list, dict)) and tuple in kinds:
+        return _as_tuples(list(value.items()) if isinstance(value, dict) else value)
+    expected = " or ".join("null" if k is type(None) else "a JSON list" if k is tuple else k.__name__ for k in kinds)
+    raise RunError(f"{where}: expected {expected}, got {text!r}")
+
+
+def _as_tuples(value: Any) -> Any:
+    """JSON lists, nested ones too, as tuples (config fields are hashable)."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def gymnasium_id(env_id: Any) -> str | None:

@@ -4,6 +4,7 @@ diverges (one error line, the last good checkpoint kept), and the learning curve
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from opt_states import with_learning_rate
 
 from funrl import tree
@@ -54,6 +57,14 @@ def test_cli_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> 
         (["train", "dqn", "--env", "Pendulum-v1"], "env_id: DQN needs discrete actions"),
         (["train", "sac", "--env", "CartPole-v1"], "env_id: expected continuous (Box) actions"),
         (["train", "ppo", "--env", "mpe:simple_spread"], "train it with mappo or ippo"),
+        (["train", "ppo", "--set", "foo=1"], "--set: expected NAME=VALUE with NAME a field of PPOConfig ("),
+        (["train", "ppo", "--set", "anneal_lr=yes"], "--set anneal_lr: expected bool, got 'yes'"),
+        (["train", "ppo", "--set", "hidden_sizes=64"], "--set hidden_sizes: expected a JSON list, got '64'"),
+        (["train", "ppo", "--set", "gamma=0.9", "gamma=0.8"], "--set: gamma is given twice"),
+        (["train", "ppo", "--set", "env_id=Acrobot-v1"], "--set env_id: --env gives it"),
+        (["train", "sac", "--lr", "1e-3", "--set", "q_lr=1e-3"], "--set q_lr: --lr gives it"),
+        (["train", "ppo", "--sweep", "gamma=0.9,0.99", "--set", "gamma=0.9"], "--set gamma: --sweep gives it"),
+        (["train", "--resume", "--out", "r", "--set", "gamma=0.9"], "--set: a resumed run continues with"),
         (["train", "--resume"], "out: --resume needs --out"),
         (["eval", "does-not-exist"], "config.json"),
     ],
@@ -70,6 +81,35 @@ def test_bad_option_is_one_error_line(
     (line,) = _error_lines(capsys.readouterr().err)
     assert line.startswith(f"funrl {args[0]}: error: ") and message in line, line
     assert not (tmp_path / "runs").exists()
+
+
+def test_set_gives_any_config_field_its_type_and_config_json_records_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["train", "ppo", "--total-steps", "192", "--num-envs", "2", "--no-compile", "--no-progress"]
+    sets = ["num_steps=8", "update_epochs=2", "num_minibatches=2", "hidden_sizes=[16,16]", "activation=relu"]
+    assert main([*args, "--set", *sets[:3], "--set", *sets[3:], "ent_coef=0", "--out", str(out)]) == 0
+    _, config, _ = run.read_run(out)
+    assert (config.num_steps, config.update_epochs, config.num_minibatches) == (8, 2, 2)
+    assert config.hidden_sizes == (16, 16) and config.activation == "relu"
+    assert config.ent_coef == 0.0 and isinstance(config.ent_coef, float)
+
+
+@pytest.mark.parametrize("text", ['{"landmark_range": 0.8}', '[["landmark_range", 0.8]]'])
+def test_set_takes_env_kwargs_as_a_json_object_or_pairs(text: str) -> None:
+    from funrl.agents import mappo
+
+    fields = run.config_overrides(mappo.MAPPOConfig, [f"env_kwargs={text}", "normalize_advantages=false"])
+    config = mappo.MAPPOConfig(**fields)
+    assert config.env_kwargs == (("landmark_range", 0.8),) and config.normalize_advantages is False
+    teams_env, _ = mappo.make_teams_env(config.env_id, dict(config.env_kwargs))
+    assert teams_env.env.landmark_range == 0.8
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**62), 2**62))
+def test_set_reads_numbers_exactly(x: float, n: int) -> None:
+    fields = run.config_overrides(ppo.PPOConfig, [f"gamma={json.dumps(x)}", f"num_steps={n}", f"clip_eps={n}"])
+    assert fields == {"gamma": x, "num_steps": n, "clip_eps": float(n)}
+    assert type(fields["clip_eps"]) is float and type(fields["num_steps"]) is int
 
 
 def test_argparse_errors_name_the_option(capsys: pytest.CaptureFixture[str]) -> None:
