@@ -25,6 +25,9 @@ Each is listed here with the reason it is needed. Tested with torch 2.13.0.
   its value joins the cache key and names funrl's version and the CPU vector instruction set
   the kernels are generated for, so a cached graph is never served to another funrl or another
   instruction set (torch's version, the graph and every other option are in the key already).
+- ``torch._inductor.runtime.cache_dir_utils.default_cache_dir``: in :func:`use_persistent_cache`.
+  torch writes its default cache folder into ``TORCHINDUCTOR_CACHE_DIR`` on first use, so only
+  a comparison with that default tells a folder the user chose from torch's own.
 
 :func:`compile` with ``saved_as`` keeps a whole compiled function on disk through torch's public
 but experimental ahead-of-time API (``torch.compile(...).aot_compile``,
@@ -109,13 +112,17 @@ def cache_dir() -> Path:
 
 def use_persistent_cache() -> Path:
     """Keep torch's compile caches in :func:`cache_dir` instead of torch's default under the
-    temporary folder (lost at reboot), unless ``TORCHINDUCTOR_CACHE_DIR`` is set already.
+    temporary folder (lost at reboot), unless ``TORCHINDUCTOR_CACHE_DIR`` names another folder.
 
-    torch reads the location once per process, at its first compile: call this before compiling.
-    ``funrl train`` calls it. Returns the folder in use.
+    torch writes its default into ``TORCHINDUCTOR_CACHE_DIR`` the first time it looks the folder
+    up (importing ``torch._inductor.config`` or any earlier ``torch.compile`` does), so that
+    value counts as unset. Call this before compiling what should be kept; ``funrl train`` calls
+    it. Returns the folder in use.
     """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if folder is None:
+    if folder is None or os.path.abspath(folder) == os.path.abspath(default_cache_dir()):
         folder = str(cache_dir() / "inductor")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
     return Path(folder)

@@ -95,6 +95,30 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert control.use_persistent_cache() == tmp_path / "torch-own"
 
 
+AFTER_TORCH_LOOKED = """
+import os, sys
+import torch
+import torch._inductor.config  # torch writes its default folder into TORCHINDUCTOR_CACHE_DIR here
+assert os.environ["TORCHINDUCTOR_CACHE_DIR"]
+from funrl import control
+print(control.use_persistent_cache())
+torch.compile(lambda x: x.sin() + 1)(torch.ones(3))
+"""
+
+
+def test_the_persistent_cache_is_used_when_torch_has_looked_up_its_default_first(tmp_path: Path) -> None:
+    # A notebook that compiled something (or touched inductor's config) before funrl: the variable
+    # then holds torch's temporary default, which is not a folder the user chose.
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["FUNRL_CACHE_DIR"] = str(tmp_path / "funrl")
+    result = subprocess.run(
+        [sys.executable, "-c", AFTER_TORCH_LOOKED], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == str(tmp_path / "funrl" / "inductor")
+    assert list((tmp_path / "funrl" / "inductor").rglob("*.py")), "the compiled code went elsewhere"
+
+
 # A saved function (control.compile's saved_as) in a module of its own, so that its source can
 # change between processes. Run as `python -c SAVED_SCRIPT FOLDER [VERSION]`: loads or compiles
 # `step.f` saved as "step" (with $STEP_THREADS torch threads, default 1), and reports whether dynamo
