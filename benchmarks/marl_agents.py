@@ -11,7 +11,7 @@ budget is ``benchmarks/marl_time_to_result.py``, which runs this script as funrl
     python benchmarks/marl_agents.py --total-steps 1000000 --seeds 4 --algo mappo [--env mpe:simple_tag] [--no-compile]
 
 ``--set name=value ...`` overrides other config fields (``--set num_envs=128 update_epochs=10``,
-``--set 'env_kwargs=[["landmark_range", 0.8]]'``).
+``--set 'env_kwargs={"landmark_range": 0.8}'``).
 """
 
 from __future__ import annotations
