@@ -155,12 +155,13 @@ def config_from_args(args: argparse.Namespace) -> tuple[str | None, object | Non
     if args.lr is not None:
         overrides.update(dict.fromkeys(spec.learning_rates, args.lr))
     fields = run.config_overrides(spec.config_type, args.set or ())
-    swept = {name for name, _ in args.sweep or ()}
-    for name in fields:
-        option = OWN_OPTIONS.get(name) or ("--lr" if name in spec.learning_rates and args.lr is not None else None)
-        option = option or ("--sweep" if name in swept else None)
-        if option is not None:
-            raise run.RunError(f"--set {name}: {option} gives it; expected it once")
+    given = dict(OWN_OPTIONS)
+    if args.lr is not None:
+        given.update(dict.fromkeys(spec.learning_rates, "--lr"))
+    given.update(dict.fromkeys(sweep_from_args(args) or (), "--sweep"))
+    clashes = sorted(fields.keys() & given.keys())
+    if clashes:
+        raise run.RunError(f"--set {clashes[0]}: {given[clashes[0]]} gives it; expected it once")
     return args.algo, spec.config_type(**overrides, **fields)
 
 

@@ -90,12 +90,7 @@ def _config_from_json(cls: type, data: dict[str, Any]) -> Any:
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise RunError(f"config: unknown fields {unknown} for {cls.__name__}")
-    kwargs = {}
-    for name, value in data.items():
-        if isinstance(value, list):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        kwargs[name] = value
-    return cls(**kwargs)
+    return cls(**{name: _as_tuples(value) for name, value in data.items()})
 
 
 def config_overrides(config_type: type, pairs: Sequence[str], arg: str = "--set") -> dict[str, Any]:
@@ -111,7 +106,7 @@ def config_overrides(config_type: type, pairs: Sequence[str], arg: str = "--set"
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
-        if not sep or name not in hints or name not in names:
+        if not sep or name not in names:
             raise RunError(
                 f"{arg}: expected NAME=VALUE with NAME a field of {config_type.__name__} "
                 f"({', '.join(names)}), got {pair!r}"
