@@ -105,6 +105,14 @@ def test_set_takes_env_kwargs_as_a_json_object_or_pairs(text: str) -> None:
     assert teams_env.env.landmark_range == 0.8
 
 
+@pytest.mark.parametrize(
+    "pair, value",
+    [("normalize_obs=null", None), ("normalize_obs=true", True), ("activation=123", "123"), ("network=[1]", "[1]")],
+)
+def test_set_reads_optional_fields_and_keeps_strings_as_text(pair: str, value: Any) -> None:
+    assert run.config_overrides(ppo.PPOConfig, [pair]) == {pair.partition("=")[0]: value}
+
+
 @given(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**62), 2**62))
 def test_set_reads_numbers_exactly(x: float, n: int) -> None:
     fields = run.config_overrides(ppo.PPOConfig, [f"gamma={json.dumps(x)}", f"num_steps={n}", f"clip_eps={n}"])
